@@ -1,0 +1,4 @@
+//! Adapters for the harness's own storage formats. They use only the public
+//! API of the session model (and, later, the store).
+
+pub mod jsonl;

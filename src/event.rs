@@ -1,0 +1,570 @@
+//! The event envelope: one entry of a session's append-only log.
+//!
+//! An [`Event`] keeps `data` as the raw JSON bytes it arrived with (never
+//! re-serialised), so a stored event exports to exactly the payload that came
+//! in. Parsing is split in two steps so that violations are reported in the
+//! order of the harness's checks: [`RawEvent::parse`] checks the envelope,
+//! the caller checks contiguity, then [`RawEvent::into_event`] checks
+//! eligibility, the `surfaceOp` shape and the `sourceEventSeqs` shape.
+
+use crate::json::{self, Fields};
+use crate::violation::{Location, Rule, Violation};
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+
+/// Event types that produce model messages and so live on the surface.
+pub const SURFACE_TYPES: [&str; 3] = ["user/message", "assistant/message", "tool/result"];
+
+/// Whether events of type `kind` are surface-eligible.
+pub fn is_surface_type(kind: &str) -> bool {
+    SURFACE_TYPES.contains(&kind)
+}
+
+/// How an event entered the surface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum SurfaceOp {
+    /// Added at the tail.
+    Append,
+    /// Shadows the surface nodes `start..=end` (by seq) and takes their place.
+    Replace {
+        /// First shadowed node.
+        start: u64,
+        /// Last shadowed node.
+        end: u64,
+    },
+}
+
+/// One event of a session log.
+///
+/// `kind` and `data` borrow from the input where they can (`Event<'static>`
+/// owns them). `data` is the verbatim JSON text of the payload.
+///
+/// ```
+/// use sessionlog::event::Event;
+/// let line = r#"{"type":"turn/start","seq":0,"time":5,"data":{"turn":1}}"#;
+/// let ev = Event::from_json(line).unwrap();
+/// assert_eq!(ev.kind, "turn/start");
+/// assert_eq!(ev.data.get(), r#"{"turn":1}"#);
+/// assert_eq!(ev.to_json(), line);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Event<'a> {
+    /// The event type, e.g. `assistant/chunk`. The vocabulary is open.
+    pub kind: Cow<'a, str>,
+    /// Position in the session, contiguous from 0.
+    pub seq: u64,
+    /// Unix epoch milliseconds (a JS safe integer).
+    pub time: i64,
+    /// The payload, verbatim.
+    pub data: Cow<'a, RawValue>,
+    /// Provenance: seqs of earlier events this one was built from.
+    pub source_event_seqs: Option<Vec<u64>>,
+    /// How the event entered the surface (surface-eligible types only).
+    pub surface_op: Option<SurfaceOp>,
+    /// A reader that does not know `kind` may skip the event.
+    pub ignorable: bool,
+}
+
+/// Equality of the stored form: `data` compares by its exact bytes.
+impl PartialEq for Event<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind
+            && self.seq == other.seq
+            && self.time == other.time
+            && self.data.get() == other.data.get()
+            && self.source_event_seqs == other.source_event_seqs
+            && self.surface_op == other.surface_op
+            && self.ignorable == other.ignorable
+    }
+}
+
+/// An owned event.
+pub type OwnedEvent = Event<'static>;
+
+impl<'a> Event<'a> {
+    /// Parses and checks one event from its JSON text, with no context (no
+    /// contiguity check). Violations that cannot name a seq name line 0.
+    pub fn from_json(text: &'a str) -> Result<Event<'a>, Violation> {
+        RawEvent::parse(text)?.into_event()
+    }
+
+    /// Parses from bytes, rejecting invalid UTF-8.
+    pub fn from_json_bytes(bytes: &'a [u8]) -> Result<Event<'a>, Violation> {
+        let text = std::str::from_utf8(bytes).map_err(|e| {
+            Violation::new(Location::Line(0), Rule::Json, format!("invalid UTF-8: {e}"))
+        })?;
+        Event::from_json(text)
+    }
+
+    /// Copies borrowed parts so the event outlives its input.
+    pub fn into_owned(self) -> OwnedEvent {
+        Event {
+            kind: Cow::Owned(self.kind.into_owned()),
+            seq: self.seq,
+            time: self.time,
+            data: Cow::Owned(self.data.into_owned()),
+            source_event_seqs: self.source_event_seqs,
+            surface_op: self.surface_op,
+            ignorable: self.ignorable,
+        }
+    }
+
+    /// A borrowed view of this event.
+    pub fn borrowed(&self) -> Event<'_> {
+        Event {
+            kind: Cow::Borrowed(&self.kind),
+            seq: self.seq,
+            time: self.time,
+            data: Cow::Borrowed(&self.data),
+            source_event_seqs: self.source_event_seqs.clone(),
+            surface_op: self.surface_op,
+            ignorable: self.ignorable,
+        }
+    }
+
+    /// Writes the JSON envelope in the harness's field order: `type, seq,
+    /// time, data, sourceEventSeqs, surfaceOp, ignorable`. `data` is copied
+    /// verbatim.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        use std::io::Write;
+        out.extend_from_slice(b"{\"type\":");
+        json::write_str(out, &self.kind);
+        let _ = write!(
+            out,
+            ",\"seq\":{},\"time\":{},\"data\":",
+            self.seq, self.time
+        );
+        out.extend_from_slice(self.data.get().as_bytes());
+        if let Some(src) = &self.source_event_seqs {
+            out.extend_from_slice(b",\"sourceEventSeqs\":[");
+            for (i, s) in src.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                let _ = write!(out, "{s}");
+            }
+            out.push(b']');
+        }
+        match self.surface_op {
+            None => {}
+            Some(SurfaceOp::Append) => out.extend_from_slice(b",\"surfaceOp\":\"append\""),
+            Some(SurfaceOp::Replace { start, end }) => {
+                let _ = write!(
+                    out,
+                    ",\"surfaceOp\":{{\"op\":\"replace\",\"start\":{start},\"end\":{end}}}"
+                );
+            }
+        }
+        if self.ignorable {
+            out.extend_from_slice(b",\"ignorable\":true");
+        }
+        out.push(b'}');
+    }
+
+    /// The JSON envelope as a string (see [`Event::write_json`]).
+    pub fn to_json(&self) -> String {
+        let mut out = Vec::with_capacity(64 + self.data.get().len());
+        self.write_json(&mut out);
+        String::from_utf8(out).expect("JSON output is UTF-8")
+    }
+
+    /// Checks this event on its own: the rules [`RawEvent`] applies to JSON
+    /// input, for events built in code (seq/time range, eligibility,
+    /// provenance shape).
+    pub fn check_shape(&self) -> Result<(), Violation> {
+        let seq = self.seq;
+        if seq > json::MAX_SAFE_INTEGER {
+            return Err(Violation::at(
+                seq,
+                Rule::Envelope,
+                format!("seq {seq} is not a safe integer"),
+            ));
+        }
+        if self.time.unsigned_abs() > json::MAX_SAFE_INTEGER {
+            return Err(Violation::at(
+                seq,
+                Rule::Envelope,
+                format!("time {} is not a safe integer", self.time),
+            ));
+        }
+        check_eligibility(
+            &self.kind,
+            seq,
+            self.surface_op.is_some(),
+            self.source_event_seqs.is_some(),
+        )?;
+        if let Some(src) = &self.source_event_seqs
+            && let Some(bad) = src.iter().find(|s| **s > json::MAX_SAFE_INTEGER)
+        {
+            return Err(Violation::at(
+                seq,
+                Rule::Provenance,
+                format!("sourceEventSeqs entry {bad} is not a safe integer"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl OwnedEvent {
+    /// An owned event from parts; `data` must be valid JSON text.
+    pub fn new(
+        kind: impl Into<String>,
+        seq: u64,
+        time: i64,
+        data: &str,
+    ) -> Result<OwnedEvent, serde_json::Error> {
+        Ok(Event {
+            kind: Cow::Owned(kind.into()),
+            seq,
+            time,
+            data: Cow::Owned(RawValue::from_string(data.to_owned())?),
+            source_event_seqs: None,
+            surface_op: None,
+            ignorable: false,
+        })
+    }
+}
+
+/// An event whose envelope has been checked but whose surface fields have
+/// not: the step between the envelope check and the contiguity check.
+#[derive(Debug)]
+pub struct RawEvent<'a> {
+    /// `type`.
+    pub kind: Cow<'a, str>,
+    /// `seq`.
+    pub seq: u64,
+    /// `time`.
+    pub time: i64,
+    /// `data`, verbatim.
+    pub data: &'a RawValue,
+    /// `sourceEventSeqs` as given (unchecked).
+    pub source_event_seqs: Option<&'a RawValue>,
+    /// `surfaceOp` as given (unchecked).
+    pub surface_op: Option<&'a RawValue>,
+    /// `ignorable`.
+    pub ignorable: bool,
+}
+
+const ENVELOPE_KEYS: [&str; 7] = [
+    "type",
+    "seq",
+    "time",
+    "data",
+    "sourceEventSeqs",
+    "surfaceOp",
+    "ignorable",
+];
+
+impl<'a> RawEvent<'a> {
+    /// Parses the JSON text of one event and checks its envelope: only the
+    /// keys of the envelope, each once; `type` a string; `seq` a
+    /// non-negative safe integer; `time` a safe integer; `data` present;
+    /// `ignorable` absent or `true`.
+    ///
+    /// A text that is not a JSON object is a [`Rule::Json`] violation at
+    /// line 0 (the reader fills in the line).
+    pub fn parse(text: &'a str) -> Result<RawEvent<'a>, Violation> {
+        let fields = Fields::parse(text).map_err(|e| {
+            Violation::new(
+                Location::Line(0),
+                Rule::Json,
+                format!("not a JSON object: {e}"),
+            )
+        })?;
+        // Name the seq in later errors when it is readable at all.
+        let seq_hint = fields.get("seq").and_then(json::safe_u64);
+        let loc = seq_hint.map_or(Location::Line(0), Location::Seq);
+        let fail = |reason: String| Violation::new(loc, Rule::Envelope, reason);
+        if let Some(k) = fields.duplicate_key() {
+            return Err(fail(format!("duplicate key {k:?}")));
+        }
+        if let Some((k, _)) = fields
+            .0
+            .iter()
+            .find(|(k, _)| !ENVELOPE_KEYS.contains(&&*k.0))
+        {
+            return Err(fail(format!("unknown envelope key {:?}", k.0)));
+        }
+        let kind = match fields.get("type") {
+            None => return Err(fail("missing \"type\"".into())),
+            Some(t) => json::string(t)
+                .ok_or_else(|| fail(format!("\"type\" must be a string, got {}", t.get())))?,
+        };
+        let seq = match fields.get("seq") {
+            None => return Err(fail("missing \"seq\"".into())),
+            Some(s) => seq_hint.ok_or_else(|| {
+                fail(format!(
+                    "seq {} is not a non-negative safe integer",
+                    s.get()
+                ))
+            })?,
+        };
+        let time = match fields.get("time") {
+            None => return Err(fail("missing \"time\"".into())),
+            Some(t) => json::safe_integer(t)
+                .ok_or_else(|| fail(format!("time {} is not a safe integer", t.get())))?,
+        };
+        let data = fields
+            .get("data")
+            .ok_or_else(|| fail("missing \"data\"".into()))?;
+        json::check_finite_numbers(data.get()).map_err(|why| {
+            Violation::new(loc, Rule::Json, format!("data is not plain JSON: {why}"))
+        })?;
+        let ignorable = match fields.get("ignorable") {
+            None => false,
+            Some(v) if json::is_true(v) => true,
+            Some(v) => {
+                return Err(fail(format!(
+                    "\"ignorable\" must be true when present, got {}",
+                    v.get()
+                )));
+            }
+        };
+        Ok(RawEvent {
+            kind,
+            seq,
+            time,
+            data,
+            source_event_seqs: fields.get("sourceEventSeqs"),
+            surface_op: fields.get("surfaceOp"),
+            ignorable,
+        })
+    }
+
+    /// Checks eligibility and the shapes of `surfaceOp` and `sourceEventSeqs`,
+    /// producing the typed event.
+    pub fn into_event(self) -> Result<Event<'a>, Violation> {
+        let seq = self.seq;
+        check_eligibility(
+            &self.kind,
+            seq,
+            self.surface_op.is_some(),
+            self.source_event_seqs.is_some(),
+        )?;
+        let surface_op = self
+            .surface_op
+            .map(|raw| parse_surface_op(raw, seq))
+            .transpose()?;
+        let source_event_seqs = self
+            .source_event_seqs
+            .map(|raw| parse_sources(raw, seq))
+            .transpose()?;
+        Ok(Event {
+            kind: self.kind,
+            seq,
+            time: self.time,
+            data: Cow::Borrowed(self.data),
+            source_event_seqs,
+            surface_op,
+            ignorable: self.ignorable,
+        })
+    }
+}
+
+/// Section 4: a surface-eligible event must carry `surfaceOp`; any other event
+/// must carry neither `surfaceOp` nor `sourceEventSeqs`.
+fn check_eligibility(
+    kind: &str,
+    seq: u64,
+    has_op: bool,
+    has_sources: bool,
+) -> Result<(), Violation> {
+    if is_surface_type(kind) {
+        if !has_op {
+            return Err(Violation::at(
+                seq,
+                Rule::Eligibility,
+                format!("{kind} is surface-eligible and must carry surfaceOp"),
+            ));
+        }
+    } else if has_op {
+        return Err(Violation::at(
+            seq,
+            Rule::Eligibility,
+            format!("{kind} is not surface-eligible and must not carry surfaceOp"),
+        ));
+    } else if has_sources {
+        return Err(Violation::at(
+            seq,
+            Rule::Eligibility,
+            format!("{kind} is not surface-eligible and must not carry sourceEventSeqs"),
+        ));
+    }
+    Ok(())
+}
+
+fn parse_surface_op(raw: &RawValue, seq: u64) -> Result<SurfaceOp, Violation> {
+    let bad = |why: &str| {
+        Violation::at(
+            seq,
+            Rule::SurfaceOp,
+            format!(
+                "surfaceOp {} is invalid: {why}; expected \"append\" or {{\"op\":\"replace\",\"start\":S,\"end\":E}}",
+                raw.get()
+            ),
+        )
+    };
+    if let Some(s) = json::string(raw) {
+        return if s == "append" {
+            Ok(SurfaceOp::Append)
+        } else {
+            Err(bad("unknown op"))
+        };
+    }
+    let fields = json::object(raw).ok_or_else(|| bad("not a string or object"))?;
+    if fields.duplicate_key().is_some() {
+        return Err(bad("duplicate key"));
+    }
+    if fields.0.len() != 3
+        || ["op", "start", "end"]
+            .iter()
+            .any(|k| fields.get(k).is_none())
+    {
+        return Err(bad("a replace object has exactly the keys op, start, end"));
+    }
+    if fields.get("op").and_then(json::string).as_deref() != Some("replace") {
+        return Err(bad("op must be \"replace\""));
+    }
+    let start = fields
+        .get("start")
+        .and_then(json::safe_u64)
+        .ok_or_else(|| bad("start must be a non-negative safe integer"))?;
+    let end = fields
+        .get("end")
+        .and_then(json::safe_u64)
+        .ok_or_else(|| bad("end must be a non-negative safe integer"))?;
+    Ok(SurfaceOp::Replace { start, end })
+}
+
+fn parse_sources(raw: &RawValue, seq: u64) -> Result<Vec<u64>, Violation> {
+    let items = json::array(raw).ok_or_else(|| {
+        Violation::at(
+            seq,
+            Rule::Provenance,
+            format!("sourceEventSeqs must be an array, got {}", raw.get()),
+        )
+    })?;
+    items
+        .into_iter()
+        .map(|item| {
+            json::safe_u64(item).ok_or_else(|| {
+                Violation::at(
+                    seq,
+                    Rule::Provenance,
+                    format!(
+                        "sourceEventSeqs entry {} is not a non-negative safe integer",
+                        item.get()
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule_of(text: &str) -> Rule {
+        Event::from_json(text).unwrap_err().rule
+    }
+
+    #[test]
+    fn round_trips_verbatim_data() {
+        let line = r#"{"type":"user/message","seq":3,"time":-7,"data":{"b":1.50,"a":"\u00e9"},"sourceEventSeqs":[1,2],"surfaceOp":{"op":"replace","start":1,"end":2},"ignorable":true}"#;
+        let ev = Event::from_json(line).unwrap();
+        assert_eq!(ev.data.get(), r#"{"b":1.50,"a":"\u00e9"}"#);
+        assert_eq!(ev.surface_op, Some(SurfaceOp::Replace { start: 1, end: 2 }));
+        assert_eq!(ev.to_json(), line);
+    }
+
+    #[test]
+    fn envelope_rejections() {
+        let base = |extra: &str| format!(r#"{{"type":"x","seq":0,"time":0,"data":{{}}{extra}}}"#);
+        assert_eq!(rule_of(&base(r#","other":1"#)), Rule::Envelope);
+        assert_eq!(rule_of(&base(r#","ignorable":false"#)), Rule::Envelope);
+        assert_eq!(rule_of(&base(r#","seq":1"#)), Rule::Envelope);
+        assert_eq!(
+            rule_of(r#"{"type":"x","seq":1.5,"time":0,"data":{}}"#),
+            Rule::Envelope
+        );
+        assert_eq!(
+            rule_of(r#"{"type":"x","seq":-1,"time":0,"data":{}}"#),
+            Rule::Envelope
+        );
+        assert_eq!(
+            rule_of(r#"{"type":"x","seq":9007199254740992,"time":0,"data":{}}"#),
+            Rule::Envelope
+        );
+        assert_eq!(
+            rule_of(r#"{"type":"x","seq":0,"time":"1","data":{}}"#),
+            Rule::Envelope
+        );
+        assert_eq!(rule_of(r#"{"type":"x","seq":0,"time":0}"#), Rule::Envelope);
+        assert_eq!(
+            rule_of(r#"{"type":1,"seq":0,"time":0,"data":{}}"#),
+            Rule::Envelope
+        );
+        assert_eq!(
+            rule_of(r#"{"type":"x","seq":0,"time":0,"data":NaN}"#),
+            Rule::Json
+        );
+        assert_eq!(
+            rule_of(r#"{"type":"x","seq":0,"time":0,"data":1e999}"#),
+            Rule::Json
+        );
+        assert_eq!(rule_of(r#"[1]"#), Rule::Json);
+        assert_eq!(
+            Event::from_json_bytes(b"{\"type\":\"\xff\",\"seq\":0,\"time\":0,\"data\":{}}")
+                .unwrap_err()
+                .rule,
+            Rule::Json
+        );
+        // An integral float is an integer, as in JS.
+        assert_eq!(
+            Event::from_json(r#"{"type":"x","seq":2.0,"time":1e3,"data":{}}"#)
+                .unwrap()
+                .seq,
+            2
+        );
+    }
+
+    #[test]
+    fn eligibility_and_shapes() {
+        assert_eq!(
+            rule_of(r#"{"type":"user/message","seq":0,"time":0,"data":{}}"#),
+            Rule::Eligibility
+        );
+        assert_eq!(
+            rule_of(r#"{"type":"turn/start","seq":0,"time":0,"data":{},"surfaceOp":"append"}"#),
+            Rule::Eligibility
+        );
+        assert_eq!(
+            rule_of(r#"{"type":"turn/start","seq":0,"time":0,"data":{},"sourceEventSeqs":[0]}"#),
+            Rule::Eligibility
+        );
+        assert_eq!(
+            rule_of(r#"{"type":"user/message","seq":0,"time":0,"data":{},"surfaceOp":"prepend"}"#),
+            Rule::SurfaceOp
+        );
+        assert_eq!(
+            rule_of(
+                r#"{"type":"user/message","seq":0,"time":0,"data":{},"surfaceOp":{"op":"replace","start":0,"end":0,"x":1}}"#
+            ),
+            Rule::SurfaceOp
+        );
+        assert_eq!(
+            rule_of(
+                r#"{"type":"user/message","seq":0,"time":0,"data":{},"surfaceOp":"append","sourceEventSeqs":null}"#
+            ),
+            Rule::Provenance
+        );
+        assert_eq!(
+            rule_of(
+                r#"{"type":"user/message","seq":0,"time":0,"data":{},"surfaceOp":"append","sourceEventSeqs":[-1]}"#
+            ),
+            Rule::Provenance
+        );
+    }
+}

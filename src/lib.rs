@@ -1,0 +1,20 @@
+//! sessionlog: a durable embedded storage engine for event-sourced LLM agent
+//! sessions.
+//!
+//! The pure session model knows nothing of files:
+//! [`event`] (the envelope), [`header`], [`surface`] (the message index),
+//! [`derive`] (the message projection), [`repair`] (closing an interrupted
+//! turn), [`invariants`] (strict mode) and [`session`] (the fold that ties
+//! them together). [`adapters`] read and write the harness's own formats.
+#![warn(missing_docs)]
+
+pub mod adapters;
+pub mod derive;
+pub mod event;
+pub mod header;
+pub mod invariants;
+pub mod json;
+pub mod repair;
+pub mod session;
+pub mod surface;
+pub mod violation;

@@ -1,0 +1,7 @@
+//! The `sessionlog` command line.
+
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
+}

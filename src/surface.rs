@@ -1,0 +1,725 @@
+//! The surface index: the ordered list of events that produce model messages
+//! (section 4 of the domain page).
+//!
+//! The surface is a doubly linked list of node seqs. Each node carries an
+//! *order label*: appends take increasing labels, and a replacing node takes
+//! the label of the first node it shadows, which lies strictly between its
+//! neighbours' labels. Label order therefore always equals list order, so
+//! "start is not after end" is one comparison, and a replace costs
+//! O(length of the shadowed range) rather than the harness's linear
+//! `indexOf` over the whole surface.
+//!
+//! Every operation is validate-then-apply: [`Surface::check`] inspects the
+//! event without changing anything and returns a [`Plan`];
+//! [`Surface::apply`] carries the plan out and returns an [`Undo`] so a batch
+//! can be rolled back whole.
+
+use crate::event::{Event, SurfaceOp};
+use crate::json::{self, Fields};
+use crate::violation::{Rule, Violation};
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+/// Read access to the events of a session, for the rules that must look at
+/// an earlier event's payload (the tool/result rewrite rule, derive).
+pub trait EventSource {
+    /// The `data` of the event with this seq, borrowed from the source.
+    fn data(&self, seq: u64) -> Option<&RawValue>;
+}
+
+/// A slice of a whole log, where event `i` has seq `i`.
+impl EventSource for [Event<'_>] {
+    fn data(&self, seq: u64) -> Option<&RawValue> {
+        let e = self.get(usize::try_from(seq).ok()?)?;
+        (e.seq == seq).then_some(&*e.data)
+    }
+}
+
+impl EventSource for Vec<Event<'_>> {
+    fn data(&self, seq: u64) -> Option<&RawValue> {
+        self.as_slice().data(seq)
+    }
+}
+
+/// The three surface-eligible event types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum NodeKind {
+    /// `user/message`.
+    User,
+    /// `assistant/message`.
+    Assistant,
+    /// `tool/result`.
+    ToolResult,
+}
+
+impl NodeKind {
+    /// The kind of a surface-eligible event type.
+    pub fn of(kind: &str) -> Option<NodeKind> {
+        match kind {
+            "user/message" => Some(NodeKind::User),
+            "assistant/message" => Some(NodeKind::Assistant),
+            "tool/result" => Some(NodeKind::ToolResult),
+            _ => None,
+        }
+    }
+}
+
+const NIL: u64 = u64::MAX;
+
+/// One surface node's links and order label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Node {
+    prev: u64,
+    next: u64,
+    label: u64,
+    kind: NodeKind,
+}
+
+/// One applied replacement, kept as history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replacement {
+    /// The replacing event.
+    pub seq: u64,
+    /// The first shadowed node.
+    pub start: u64,
+    /// The last shadowed node.
+    pub end: u64,
+    /// Every shadowed node, in surface order.
+    pub shadowed_seqs: Vec<u64>,
+}
+
+/// The surface of one session. Serialisable, for checkpoints.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Surface {
+    nodes: FxHashMap<u64, Node>,
+    head: Option<u64>,
+    tail: Option<u64>,
+    next_label: u64,
+    replace_generation: u64,
+    last_processed_seq: Option<u64>,
+    replacements: Vec<Replacement>,
+}
+
+impl PartialEq for Surface {
+    fn eq(&self, other: &Self) -> bool {
+        // Labels are an implementation detail of how the state was reached;
+        // two surfaces are equal when they hold the same nodes in order.
+        self.seqs() == other.seqs()
+            && self.replace_generation == other.replace_generation
+            && self.last_processed_seq == other.last_processed_seq
+            && self.replacements == other.replacements
+            && self
+                .nodes
+                .iter()
+                .all(|(s, n)| other.nodes.get(s).is_some_and(|m| m.kind == n.kind))
+    }
+}
+
+/// What [`Surface::check`] decided an event does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// Not a surface event: only `lastProcessedSeq` moves.
+    Skip,
+    /// Append a node at the tail.
+    Append(NodeKind),
+    /// Replace the nodes `shadowed` (in order) by one node.
+    Replace {
+        /// The new node's kind.
+        kind: NodeKind,
+        /// The shadowed seqs, `start..=end` in surface order.
+        shadowed: Vec<u64>,
+    },
+}
+
+/// How to take back one [`Surface::apply`].
+#[derive(Debug, Clone)]
+pub struct Undo {
+    seq: u64,
+    prev_last_processed: Option<u64>,
+    removed: Option<Vec<(u64, Node)>>,
+    appended: bool,
+}
+
+impl Surface {
+    /// An empty surface.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of nodes on the surface.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the surface is empty.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// How many replacements have been applied.
+    pub fn replace_generation(&self) -> u64 {
+        self.replace_generation
+    }
+
+    /// The last event folded in, surface or not.
+    pub fn last_processed_seq(&self) -> Option<u64> {
+        self.last_processed_seq
+    }
+
+    /// The replacement history, oldest first.
+    pub fn replacements(&self) -> &[Replacement] {
+        &self.replacements
+    }
+
+    /// Whether `seq` is currently on the surface.
+    pub fn contains(&self, seq: u64) -> bool {
+        self.nodes.contains_key(&seq)
+    }
+
+    /// The kind of the node `seq`, if it is on the surface.
+    pub fn kind(&self, seq: u64) -> Option<NodeKind> {
+        self.nodes.get(&seq).map(|n| n.kind)
+    }
+
+    /// The first node.
+    pub fn head(&self) -> Option<u64> {
+        self.head
+    }
+
+    /// The last node.
+    pub fn tail(&self) -> Option<u64> {
+        self.tail
+    }
+
+    /// The node after `seq`, if `seq` is on the surface and not last.
+    pub fn next(&self, seq: u64) -> Option<u64> {
+        self.nodes.get(&seq).map(|n| n.next).filter(|&n| n != NIL)
+    }
+
+    /// Iterates over node seqs in surface order.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        std::iter::successors(self.head, move |&s| self.next(s))
+    }
+
+    /// Node seqs in surface order.
+    pub fn seqs(&self) -> Vec<u64> {
+        self.iter().collect()
+    }
+
+    /// Checks `event` against the surface without changing it. `source`
+    /// gives the payloads of earlier events (the tool/result rewrite rule
+    /// compares the replacement with the node it shadows).
+    ///
+    /// Checks, in order: replace range (start on the surface, end on the
+    /// surface, start not after end), provenance (non-empty except on
+    /// `assistant/message`, no duplicates, earlier seqs only), replace
+    /// sources cover the shadowed nodes, tool/result rewrite.
+    pub fn check(&self, event: &Event<'_>, source: &dyn EventSource) -> Result<Plan, Violation> {
+        let seq = event.seq;
+        let Some(kind) = NodeKind::of(&event.kind) else {
+            return Ok(Plan::Skip);
+        };
+        let plan = match event.surface_op {
+            None => return Ok(Plan::Skip), // eligibility is the envelope's rule
+            Some(SurfaceOp::Append) => Plan::Append(kind),
+            Some(SurfaceOp::Replace { start, end }) => Plan::Replace {
+                kind,
+                shadowed: self.range(seq, start, end)?,
+            },
+        };
+        if let Some(src) = &event.source_event_seqs {
+            check_provenance(seq, &event.kind, src)?;
+        }
+        if let Plan::Replace { shadowed, .. } = &plan {
+            check_covered(seq, event.source_event_seqs.as_deref(), shadowed)?;
+            if kind == NodeKind::ToolResult {
+                self.check_rewrite(event, shadowed, source)?;
+            }
+        }
+        Ok(plan)
+    }
+
+    /// The shadowed range `start..=end`, in O(its length).
+    fn range(&self, seq: u64, start: u64, end: u64) -> Result<Vec<u64>, Violation> {
+        let bad = |why: String| Violation::at(seq, Rule::ReplaceRange, why);
+        let s = self
+            .nodes
+            .get(&start)
+            .ok_or_else(|| bad(format!("replace start {start} is not on the surface")))?;
+        let e = self
+            .nodes
+            .get(&end)
+            .ok_or_else(|| bad(format!("replace end {end} is not on the surface")))?;
+        if s.label > e.label {
+            return Err(bad(format!(
+                "replace start {start} comes after end {end} on the surface"
+            )));
+        }
+        let mut out = vec![start];
+        let mut cur = start;
+        while cur != end {
+            cur = self.nodes[&cur].next;
+            out.push(cur);
+        }
+        Ok(out)
+    }
+
+    fn check_rewrite(
+        &self,
+        event: &Event<'_>,
+        shadowed: &[u64],
+        source: &dyn EventSource,
+    ) -> Result<(), Violation> {
+        let seq = event.seq;
+        let bad = |why: String| Violation::at(seq, Rule::ToolResultRewrite, why);
+        if shadowed.len() != 1 {
+            return Err(bad(format!(
+                "a replacing tool/result must shadow exactly one node, not {}",
+                shadowed.len()
+            )));
+        }
+        let old = shadowed[0];
+        if self.kind(old) != Some(NodeKind::ToolResult) {
+            return Err(bad(format!("shadowed node {old} is not a tool/result")));
+        }
+        let old_data = source
+            .data(old)
+            .ok_or_else(|| bad(format!("shadowed node {old} is not in the log")))?;
+        rewrite_differs_only_in_output(old_data, &event.data)
+            .map_err(|why| bad(format!("rewrite of tool/result {old}: {why}")))
+    }
+
+    /// Applies a plan from [`Surface::check`] for `event` (which must be the
+    /// event that was checked, and the next to be folded).
+    pub fn apply(&mut self, event: &Event<'_>, plan: Plan) -> Undo {
+        let seq = event.seq;
+        let mut undo = Undo {
+            seq,
+            prev_last_processed: self.last_processed_seq,
+            removed: None,
+            appended: false,
+        };
+        self.last_processed_seq = Some(seq);
+        match plan {
+            Plan::Skip => {}
+            Plan::Append(kind) => {
+                let label = self.next_label;
+                self.next_label += 1;
+                self.link_after(self.tail, seq, label, kind);
+                undo.appended = true;
+            }
+            Plan::Replace { kind, shadowed } => {
+                let first = self.nodes[&shadowed[0]];
+                let last = self.nodes[shadowed.last().expect("range is non-empty")];
+                let removed: Vec<(u64, Node)> = shadowed
+                    .iter()
+                    .map(|s| (*s, self.nodes.remove(s).expect("checked on surface")))
+                    .collect();
+                let node = Node {
+                    prev: first.prev,
+                    next: last.next,
+                    label: first.label,
+                    kind,
+                };
+                self.nodes.insert(seq, node);
+                self.set_next(first.prev, seq);
+                self.set_prev(last.next, seq);
+                self.replace_generation += 1;
+                self.replacements.push(Replacement {
+                    seq,
+                    start: shadowed[0],
+                    end: *shadowed.last().expect("non-empty"),
+                    shadowed_seqs: shadowed,
+                });
+                undo.removed = Some(removed);
+            }
+        }
+        undo
+    }
+
+    /// Takes back an [`Surface::apply`]; undos must be taken back newest first.
+    pub fn undo(&mut self, undo: Undo) {
+        let seq = undo.seq;
+        self.last_processed_seq = undo.prev_last_processed;
+        if undo.appended {
+            let node = self.nodes.remove(&seq).expect("appended node present");
+            self.next_label -= 1;
+            self.tail = (node.prev != NIL).then_some(node.prev);
+            self.set_next(node.prev, NIL);
+            if self.tail.is_none() {
+                self.head = None;
+            }
+        } else if let Some(removed) = undo.removed {
+            let node = self.nodes.remove(&seq).expect("replacing node present");
+            let first = removed[0].0;
+            let last = removed.last().expect("non-empty").0;
+            for (s, n) in removed {
+                self.nodes.insert(s, n);
+            }
+            self.set_next(node.prev, first);
+            self.set_prev(node.next, last);
+            self.replace_generation -= 1;
+            self.replacements.pop();
+        }
+    }
+
+    /// Checks and applies in one step.
+    pub fn fold(&mut self, event: &Event<'_>, source: &dyn EventSource) -> Result<(), Violation> {
+        let plan = self.check(event, source)?;
+        self.apply(event, plan);
+        Ok(())
+    }
+
+    fn link_after(&mut self, prev: Option<u64>, seq: u64, label: u64, kind: NodeKind) {
+        let prev = prev.unwrap_or(NIL);
+        self.nodes.insert(
+            seq,
+            Node {
+                prev,
+                next: NIL,
+                label,
+                kind,
+            },
+        );
+        self.set_next(prev, seq);
+        self.tail = Some(seq);
+    }
+
+    /// Sets `at.next = to`; `at == NIL` means the head pointer.
+    fn set_next(&mut self, at: u64, to: u64) {
+        if at == NIL {
+            self.head = (to != NIL).then_some(to);
+        } else {
+            self.nodes.get_mut(&at).expect("linked node").next = to;
+        }
+    }
+
+    /// Sets `at.prev = to`; `at == NIL` means the tail pointer.
+    fn set_prev(&mut self, at: u64, to: u64) {
+        if at == NIL {
+            self.tail = (to != NIL).then_some(to);
+        } else {
+            self.nodes.get_mut(&at).expect("linked node").prev = to;
+        }
+    }
+
+    /// The surface as `sessionlog surface` prints it:
+    /// `{"nodes":[...],"replacements":[{"seq","start","end","shadowedSeqs"}],"replaceGeneration":N}`.
+    pub fn to_json(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::from("{\"nodes\":[");
+        for (i, s) in self.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "{s}");
+        }
+        out.push_str("],\"replacements\":[");
+        for (i, r) in self.replacements.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let shadowed: Vec<String> = r.shadowed_seqs.iter().map(u64::to_string).collect();
+            let _ = write!(
+                out,
+                "{{\"seq\":{},\"start\":{},\"end\":{},\"shadowedSeqs\":[{}]}}",
+                r.seq,
+                r.start,
+                r.end,
+                shadowed.join(",")
+            );
+        }
+        let _ = write!(out, "],\"replaceGeneration\":{}}}", self.replace_generation);
+        out
+    }
+}
+
+/// Section 4: `sourceEventSeqs` is non-empty (except on `assistant/message`,
+/// where `[]` means a known-empty stream), has no duplicates, and names only
+/// earlier events.
+fn check_provenance(seq: u64, kind: &str, src: &[u64]) -> Result<(), Violation> {
+    let bad = |why: String| Violation::at(seq, Rule::Provenance, why);
+    if src.is_empty() && kind != "assistant/message" {
+        return Err(bad(format!("sourceEventSeqs of {kind} must not be empty")));
+    }
+    if let Some(late) = src.iter().find(|&&s| s >= seq) {
+        return Err(bad(format!(
+            "sourceEventSeqs entry {late} is not earlier than the event itself"
+        )));
+    }
+    // Sources are usually ascending (chunk seqs); only sort when they are not.
+    if !src.windows(2).all(|w| w[0] < w[1]) {
+        let mut sorted = src.to_vec();
+        sorted.sort_unstable();
+        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return Err(bad(format!("sourceEventSeqs names {} twice", w[0])));
+        }
+    }
+    Ok(())
+}
+
+/// Section 4: a replace's `sourceEventSeqs` contains every shadowed node.
+fn check_covered(seq: u64, src: Option<&[u64]>, shadowed: &[u64]) -> Result<(), Violation> {
+    let src = src.unwrap_or(&[]);
+    let mut sorted = src.to_vec();
+    sorted.sort_unstable();
+    if let Some(missing) = shadowed.iter().find(|s| sorted.binary_search(s).is_err()) {
+        return Err(Violation::at(
+            seq,
+            Rule::ReplaceSources,
+            format!("sourceEventSeqs must contain shadowed node {missing}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The tool/result rewrite rule: the replacement may differ from the
+/// shadowed result only in the tool-result block's inner `content`. Nested:
+/// compare all of `data` with `message.content[0].content` nulled on both
+/// sides; flat: all of `data` with `content` nulled; a change of dialect is
+/// a violation.
+fn rewrite_differs_only_in_output(old: &RawValue, new: &RawValue) -> Result<(), String> {
+    let (old_nested, new_nested) = (is_nested(old), is_nested(new));
+    if old_nested != new_nested {
+        return Err("the rewrite changes the payload dialect".into());
+    }
+    let parse = |r: &RawValue| serde_json::from_str::<serde_json::Value>(r.get());
+    let (Ok(mut a), Ok(mut b)) = (parse(old), parse(new)) else {
+        return Err("payload is not JSON".into());
+    };
+    for v in [&mut a, &mut b] {
+        let slot = if old_nested {
+            v.pointer_mut("/message/content/0/content")
+        } else {
+            v.pointer_mut("/content")
+        };
+        if let Some(slot) = slot {
+            *slot = serde_json::Value::Null;
+        }
+    }
+    if json::value_eq(&a, &b) {
+        Ok(())
+    } else {
+        Err("only the tool output (the tool-result block's content) may change".into())
+    }
+}
+
+/// Whether a tool/result or assistant/message payload is in the nested
+/// dialect: `data.message` is an object.
+pub fn is_nested(data: &RawValue) -> bool {
+    json::object(data)
+        .and_then(|f: Fields<'_>| f.get("message"))
+        .is_some_and(|m| m.get().starts_with('{'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::OwnedEvent;
+
+    fn ev(
+        kind: &str,
+        seq: u64,
+        data: &str,
+        op: Option<SurfaceOp>,
+        src: Option<Vec<u64>>,
+    ) -> OwnedEvent {
+        let mut e = OwnedEvent::new(kind, seq, 0, data).unwrap();
+        e.surface_op = op;
+        e.source_event_seqs = src;
+        e
+    }
+
+    fn user(seq: u64) -> OwnedEvent {
+        ev("user/message", seq, "{}", Some(SurfaceOp::Append), None)
+    }
+
+    fn replace(seq: u64, start: u64, end: u64, src: Vec<u64>) -> OwnedEvent {
+        ev(
+            "user/message",
+            seq,
+            "{}",
+            Some(SurfaceOp::Replace { start, end }),
+            Some(src),
+        )
+    }
+
+    fn build(events: &[OwnedEvent]) -> Result<Surface, Violation> {
+        let log = events.to_vec();
+        let mut s = Surface::new();
+        for e in events {
+            s.fold(e, &log)?;
+        }
+        Ok(s)
+    }
+
+    #[test]
+    fn append_and_replace_in_place() {
+        let log = vec![
+            user(0),
+            user(1),
+            user(2),
+            user(3),
+            replace(4, 1, 2, vec![1, 2]),
+        ];
+        let s = build(&log).unwrap();
+        assert_eq!(s.seqs(), vec![0, 4, 3]);
+        assert_eq!(s.replace_generation(), 1);
+        assert_eq!(s.replacements()[0].shadowed_seqs, vec![1, 2]);
+        assert_eq!(s.last_processed_seq(), Some(4));
+        // Label order follows list order after a replace.
+        let mut log2 = log.clone();
+        log2.push(replace(5, 4, 3, vec![4, 3]));
+        assert_eq!(build(&log2).unwrap().seqs(), vec![0, 5]);
+        let mut log3 = log;
+        log3.push(replace(5, 3, 4, vec![4, 3]));
+        assert_eq!(build(&log3).unwrap_err().rule, Rule::ReplaceRange);
+    }
+
+    #[test]
+    fn replace_endpoints_must_be_on_surface() {
+        let log = vec![
+            user(0),
+            user(1),
+            replace(2, 0, 0, vec![0]),
+            replace(3, 0, 1, vec![0, 1]),
+        ];
+        let v = build(&log).unwrap_err();
+        assert_eq!((v.rule, v.seq()), (Rule::ReplaceRange, Some(3)));
+        let log = vec![user(0), replace(1, 0, 7, vec![0])];
+        assert_eq!(build(&log).unwrap_err().rule, Rule::ReplaceRange);
+        let log = vec![user(0), user(1), replace(2, 1, 0, vec![0, 1])];
+        assert_eq!(build(&log).unwrap_err().rule, Rule::ReplaceRange);
+    }
+
+    #[test]
+    fn provenance_rules() {
+        let tr = |seq, src| ev("tool/result", seq, "{}", Some(SurfaceOp::Append), Some(src));
+        assert_eq!(
+            build(&[user(0), tr(1, vec![])]).unwrap_err().rule,
+            Rule::Provenance
+        );
+        assert_eq!(
+            build(&[user(0), tr(1, vec![1])]).unwrap_err().rule,
+            Rule::Provenance
+        );
+        assert_eq!(
+            build(&[user(0), user(1), tr(2, vec![1, 0, 1])])
+                .unwrap_err()
+                .rule,
+            Rule::Provenance
+        );
+        assert!(build(&[user(0), user(1), tr(2, vec![1, 0])]).is_ok());
+        let am = ev(
+            "assistant/message",
+            0,
+            "{}",
+            Some(SurfaceOp::Append),
+            Some(vec![]),
+        );
+        assert!(build(&[am]).is_ok());
+    }
+
+    #[test]
+    fn replace_sources_must_cover() {
+        let log = vec![user(0), user(1), replace(2, 0, 1, vec![0])];
+        assert_eq!(build(&log).unwrap_err().rule, Rule::ReplaceSources);
+        let mut r = replace(2, 0, 0, vec![0]);
+        r.source_event_seqs = None;
+        assert_eq!(
+            build(&[user(0), user(1), r]).unwrap_err().rule,
+            Rule::ReplaceSources
+        );
+    }
+
+    #[test]
+    fn tool_result_rewrite_rule() {
+        let nested = |text: &str| {
+            format!(
+                r#"{{"turn":1,"step":1,"message":{{"role":"user","source":{{"kind":"tool","callId":"c"}},"content":[{{"type":"tool-result","toolCallId":"c","content":[{{"type":"text","text":"{text}"}}],"isError":false}}]}}}}"#
+            )
+        };
+        let tr = |seq, data: &str, op| ev("tool/result", seq, data, Some(op), Some(vec![0]));
+        let rep = SurfaceOp::Replace { start: 1, end: 1 };
+        let ok = vec![
+            user(0),
+            tr(1, &nested("long"), SurfaceOp::Append),
+            tr(2, &nested("short"), rep),
+        ];
+        let mut ok = ok;
+        ok[2].source_event_seqs = Some(vec![1]);
+        assert_eq!(build(&ok).unwrap().seqs(), vec![0, 2]);
+
+        let mut bad = ok.clone();
+        bad[2].data = std::borrow::Cow::Owned(
+            RawValue::from_string(nested("short").replace("\"isError\":false", "\"isError\":true"))
+                .unwrap(),
+        );
+        assert_eq!(build(&bad).unwrap_err().rule, Rule::ToolResultRewrite);
+
+        let flat = r#"{"turn":1,"step":1,"callId":"c","content":[],"isError":false}"#;
+        let mut dialect = ok.clone();
+        dialect[2].data = std::borrow::Cow::Owned(RawValue::from_string(flat.into()).unwrap());
+        assert_eq!(build(&dialect).unwrap_err().rule, Rule::ToolResultRewrite);
+
+        // Flat rewrites compare everything but `content`.
+        let flat2 = r#"{"turn":1,"step":1,"callId":"c","content":[{"type":"text","text":"x"}],"isError":false}"#;
+        let log = vec![
+            user(0),
+            tr(1, flat2, SurfaceOp::Append),
+            ev("tool/result", 2, flat, Some(rep), Some(vec![1])),
+        ];
+        assert!(build(&log).is_ok());
+
+        // A tool/result cannot replace a user message, nor two nodes.
+        let log = vec![
+            user(0),
+            ev(
+                "tool/result",
+                1,
+                flat,
+                Some(SurfaceOp::Replace { start: 0, end: 0 }),
+                Some(vec![0]),
+            ),
+        ];
+        assert_eq!(build(&log).unwrap_err().rule, Rule::ToolResultRewrite);
+        let log = vec![
+            user(0),
+            user(1),
+            ev(
+                "tool/result",
+                2,
+                flat,
+                Some(SurfaceOp::Replace { start: 0, end: 1 }),
+                Some(vec![0, 1]),
+            ),
+        ];
+        assert_eq!(build(&log).unwrap_err().rule, Rule::ToolResultRewrite);
+    }
+
+    #[test]
+    fn undo_restores_exactly() {
+        let log = vec![
+            user(0),
+            user(1),
+            user(2),
+            replace(3, 0, 1, vec![0, 1]),
+            user(4),
+        ];
+        let mut s = Surface::new();
+        let mut undos = vec![];
+        let mut states = vec![s.clone()];
+        for e in &log {
+            let plan = s.check(e, &log).unwrap();
+            undos.push(s.apply(e, plan));
+            states.push(s.clone());
+        }
+        while let Some(u) = undos.pop() {
+            s.undo(u);
+            states.pop();
+            assert_eq!(&s, states.last().unwrap());
+            assert_eq!(s.next_label, states.last().unwrap().next_label);
+        }
+    }
+}
