@@ -15,6 +15,7 @@ pub mod header;
 pub mod invariants;
 pub mod json;
 pub mod repair;
+pub mod segment;
 pub mod session;
 pub mod surface;
 pub mod violation;
