@@ -121,31 +121,59 @@ impl SessionState {
         batch: &[Event<'_>],
         base: &dyn EventSource,
     ) -> Result<(), Violation> {
-        let saved_repair = self.repair.clone();
-        let saved_invariants = self.invariants.clone();
-        let saved_next = self.next_seq;
+        self.append_batch_undoable(batch, base).map(drop)
+    }
+
+    /// Like [`SessionState::append_batch`], returning what
+    /// [`SessionState::revert`] needs to take the whole batch back (the store
+    /// folds a batch before writing it, and takes it back if the write fails).
+    pub fn append_batch_undoable(
+        &mut self,
+        batch: &[Event<'_>],
+        base: &dyn EventSource,
+    ) -> Result<BatchUndo, Violation> {
+        let mut undo = BatchUndo {
+            repair: self.repair.clone(),
+            invariants: self.invariants.clone(),
+            next_seq: self.next_seq,
+            surface: Vec::with_capacity(batch.len()),
+        };
         let source = BatchSource {
             base,
             batch,
-            first: saved_next,
+            first: self.next_seq,
         };
-        let mut undos = Vec::with_capacity(batch.len());
         for event in batch {
             match self.apply_checked(event, &source) {
-                Ok(u) => undos.push(u),
+                Ok(u) => undo.surface.push(u),
                 Err(v) => {
-                    while let Some(u) = undos.pop() {
-                        self.surface.undo(u);
-                    }
-                    self.repair = saved_repair;
-                    self.invariants = saved_invariants;
-                    self.next_seq = saved_next;
+                    self.revert(undo);
                     return Err(v);
                 }
             }
         }
-        Ok(())
+        Ok(undo)
     }
+
+    /// Takes back a batch folded by [`SessionState::append_batch_undoable`];
+    /// it must be the last batch folded.
+    pub fn revert(&mut self, mut undo: BatchUndo) {
+        while let Some(u) = undo.surface.pop() {
+            self.surface.undo(u);
+        }
+        self.repair = undo.repair;
+        self.invariants = undo.invariants;
+        self.next_seq = undo.next_seq;
+    }
+}
+
+/// How to take back one folded batch (see [`SessionState::revert`]).
+#[derive(Debug)]
+pub struct BatchUndo {
+    repair: RepairTracker,
+    invariants: Option<Invariants>,
+    next_seq: u64,
+    surface: Vec<Undo>,
 }
 
 /// The log as seen from inside a batch: the stored events, then the batch.
