@@ -9,11 +9,14 @@
 #![warn(missing_docs)]
 
 pub mod adapters;
+pub mod catalog;
 pub mod derive;
 pub mod event;
+pub mod fsutil;
 pub mod header;
 pub mod invariants;
 pub mod json;
+pub mod manifest;
 pub mod repair;
 pub mod segment;
 pub mod session;

@@ -1,0 +1,299 @@
+//! The store manifest: the file `MANIFEST` at the root of a store directory.
+//!
+//! It marks the directory as a sessionlog store, names the store format
+//! version and holds the store's random identity (which every segment header
+//! repeats, so a segment copied in from another store is recognised).
+//!
+//! # Layout (36 bytes, integers little-endian)
+//!
+//! ```text
+//! offset  size  field
+//!      0     8  magic "SLOGSTOR"
+//!      8     4  store format version u32 (this build: 1)
+//!     12     4  flags u32 (version 1: must be 0)
+//!     16    16  store_id (random)
+//!     32     4  crc32 u32: CRC-32 (IEEE, as crc32fast) of bytes 0..32
+//! ```
+//!
+//! Envelope shared by every version, so that a newer store is reported as
+//! such rather than as corrupt: the file starts with the magic and the version
+//! u32, ends with a CRC-32 of all bytes before it, and is at most 4096 bytes.
+//! A reader checks the magic and that CRC first, then the version, and only
+//! then the version-specific layout.
+//!
+//! The manifest is written once, with [`write_atomic`] (temporary file, fsync,
+//! rename, directory fsync), so it is never seen partially written: a crash
+//! while creating a store leaves at most `MANIFEST.tmp`, which [`Manifest::open`]
+//! and [`Manifest::create`] treat as an empty directory.
+
+use std::fmt::Write as _;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use crate::fsutil::{self, TMP_SUFFIX, write_atomic};
+
+/// Name of the manifest file in the store directory.
+pub const MANIFEST_FILE: &str = "MANIFEST";
+
+/// Magic bytes at offset 0 of the manifest.
+pub const MANIFEST_MAGIC: [u8; 8] = *b"SLOGSTOR";
+
+/// The store format version this build writes and reads.
+pub const STORE_FORMAT_VERSION: u32 = 1;
+
+/// Size of a version-1 manifest in bytes.
+pub const MANIFEST_LEN: usize = 36;
+
+/// Largest manifest of any version a reader accepts (the envelope bound).
+pub const MANIFEST_MAX_LEN: usize = 4096;
+
+/// Errors opening or creating a store manifest.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// Reading or writing failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// The directory does not exist, or is empty: no store has been created
+    /// there yet ([`Manifest::create`] can create one).
+    #[error("{}: no sessionlog store here (missing or empty directory)", path.display())]
+    Missing {
+        /// The store directory.
+        path: PathBuf,
+    },
+    /// The directory has no `MANIFEST` but is not empty: it is not a store,
+    /// and it is never taken over.
+    #[error("{}: not a sessionlog store (no {MANIFEST_FILE} and the directory is not empty)", path.display())]
+    NotAStore {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// [`Manifest::create`] found an existing manifest.
+    #[error("{}: a store already exists here", path.display())]
+    AlreadyExists {
+        /// The manifest path.
+        path: PathBuf,
+    },
+    /// The store was written in a format version this build cannot read.
+    #[error(
+        "{}: the store was written by a build using store format version {found}; this build reads only version {supported}",
+        path.display()
+    )]
+    UnsupportedVersion {
+        /// The manifest path.
+        path: PathBuf,
+        /// The version in the manifest.
+        found: u32,
+        /// The version this build reads ([`STORE_FORMAT_VERSION`]).
+        supported: u32,
+    },
+    /// The manifest exists but is damaged or not a manifest.
+    #[error("{}: corrupt store manifest: {reason}", path.display())]
+    Corrupt {
+        /// The manifest path.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The decoded manifest of a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Manifest {
+    /// The store's random identity.
+    pub store_id: [u8; 16],
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ManifestError + '_ {
+    move |source| ManifestError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// Whether `dir` has no entries other than a stale `MANIFEST.tmp`.
+fn is_effectively_empty(dir: &Path) -> Result<bool, ManifestError> {
+    let tmp = format!("{MANIFEST_FILE}{TMP_SUFFIX}");
+    for entry in fs::read_dir(dir).map_err(io_err(dir))? {
+        let entry = entry.map_err(io_err(dir))?;
+        if entry.file_name() != tmp.as_str() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+impl Manifest {
+    /// A manifest with a fresh random store id.
+    pub fn generate() -> Manifest {
+        Manifest {
+            store_id: fsutil::random_id(),
+        }
+    }
+
+    /// The manifest's bytes (version [`STORE_FORMAT_VERSION`], flags 0).
+    pub fn encode(&self) -> [u8; MANIFEST_LEN] {
+        let mut b = [0u8; MANIFEST_LEN];
+        b[0..8].copy_from_slice(&MANIFEST_MAGIC);
+        b[8..12].copy_from_slice(&STORE_FORMAT_VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&0u32.to_le_bytes());
+        b[16..32].copy_from_slice(&self.store_id);
+        let crc = crc32fast::hash(&b[0..32]);
+        b[32..36].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes manifest bytes; `path` only labels errors.
+    pub fn decode(bytes: &[u8], path: &Path) -> Result<Manifest, ManifestError> {
+        let corrupt = |reason: String| ManifestError::Corrupt {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if bytes.len() < 8 || bytes[0..8] != MANIFEST_MAGIC {
+            return Err(corrupt("bad magic (not a sessionlog manifest)".into()));
+        }
+        if bytes.len() < 16 || bytes.len() > MANIFEST_MAX_LEN {
+            return Err(corrupt(format!("impossible length {}", bytes.len())));
+        }
+        let body = bytes.len() - 4;
+        let stored = le_u32(bytes, body);
+        let actual = crc32fast::hash(&bytes[..body]);
+        if stored != actual {
+            return Err(corrupt(format!(
+                "checksum mismatch (stored {stored:#010x}, computed {actual:#010x})"
+            )));
+        }
+        let found = le_u32(bytes, 8);
+        if found != STORE_FORMAT_VERSION {
+            return Err(ManifestError::UnsupportedVersion {
+                path: path.to_path_buf(),
+                found,
+                supported: STORE_FORMAT_VERSION,
+            });
+        }
+        if bytes.len() != MANIFEST_LEN {
+            return Err(corrupt(format!(
+                "length {} (version {STORE_FORMAT_VERSION} manifests are {MANIFEST_LEN} bytes)",
+                bytes.len()
+            )));
+        }
+        let flags = le_u32(bytes, 12);
+        if flags != 0 {
+            return Err(corrupt(format!("unknown flags {flags:#x}")));
+        }
+        Ok(Manifest {
+            store_id: bytes[16..32].try_into().expect("16 bytes"),
+        })
+    }
+
+    /// Reads the manifest of the store at `dir`.
+    ///
+    /// Errors: [`ManifestError::Missing`] if `dir` does not exist or is empty
+    /// (a stale `MANIFEST.tmp` alone counts as empty: a store creation that
+    /// crashed), [`ManifestError::NotAStore`] if it has no `MANIFEST` but
+    /// other entries, [`ManifestError::UnsupportedVersion`],
+    /// [`ManifestError::Corrupt`] and [`ManifestError::Io`].
+    pub fn open(dir: impl AsRef<Path>) -> Result<Manifest, ManifestError> {
+        let dir = dir.as_ref();
+        let path = dir.join(MANIFEST_FILE);
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return match fs::metadata(dir) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ManifestError::Missing {
+                        path: dir.to_path_buf(),
+                    }),
+                    Err(e) => Err(io_err(dir)(e)),
+                    Ok(_) if is_effectively_empty(dir)? => Err(ManifestError::Missing {
+                        path: dir.to_path_buf(),
+                    }),
+                    Ok(_) => Err(ManifestError::NotAStore {
+                        path: dir.to_path_buf(),
+                    }),
+                };
+            }
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        // Read at most one byte more than any manifest may have, so a huge
+        // file is rejected without reading it all.
+        let mut bytes = Vec::with_capacity(MANIFEST_LEN);
+        file.take(MANIFEST_MAX_LEN as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io_err(&path))?;
+        Manifest::decode(&bytes, &path)
+    }
+
+    /// Creates a new store manifest with a random store id in the existing
+    /// directory `dir`, durably ([`write_atomic`]: once this returns, the
+    /// manifest survives a crash).
+    ///
+    /// Refuses ([`ManifestError::AlreadyExists`]) if `dir` already has a
+    /// manifest: a new store id would disown every existing segment. Refuses
+    /// ([`ManifestError::NotAStore`]) if `dir` has other entries (a stale
+    /// `MANIFEST.tmp` is ignored). The check is not atomic with the write: the
+    /// caller must be the only process creating a store at `dir`.
+    pub fn create(dir: impl AsRef<Path>) -> Result<Manifest, ManifestError> {
+        let dir = dir.as_ref();
+        let path = dir.join(MANIFEST_FILE);
+        match fs::symlink_metadata(&path) {
+            Ok(_) => return Err(ManifestError::AlreadyExists { path }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&path)(e)),
+        }
+        if !is_effectively_empty(dir)? {
+            return Err(ManifestError::NotAStore {
+                path: dir.to_path_buf(),
+            });
+        }
+        let manifest = Manifest::generate();
+        write_atomic(dir, MANIFEST_FILE, &manifest.encode()).map_err(io_err(&path))?;
+        Ok(manifest)
+    }
+
+    /// Opens the store at `dir`, creating it first if `dir` is missing or
+    /// empty. Returns the manifest and whether it was created.
+    ///
+    /// A missing `dir` is created with mode `0700` (its parent must exist)
+    /// and its parent directory is synced, so the new store's directory entry
+    /// is durable before the manifest is written into it.
+    pub fn open_or_create(dir: impl AsRef<Path>) -> Result<(Manifest, bool), ManifestError> {
+        let dir = dir.as_ref();
+        match Manifest::open(dir) {
+            Err(ManifestError::Missing { .. }) => {}
+            other => return other.map(|m| (m, false)),
+        }
+        if !dir.exists() {
+            match fsutil::create_dir_private(dir) {
+                Ok(()) => {}
+                // Created concurrently; `create` re-checks emptiness.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err(dir)(e)),
+            }
+            let parent = match dir.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            fsutil::sync_dir(parent).map_err(io_err(parent))?;
+        }
+        Manifest::create(dir).map(|m| (m, true))
+    }
+
+    /// The store id as 32 lower-case hex digits.
+    pub fn store_id_hex(&self) -> String {
+        self.store_id
+            .iter()
+            .fold(String::with_capacity(32), |mut s, b| {
+                let _ = write!(s, "{b:02x}");
+                s
+            })
+    }
+}
