@@ -10,6 +10,7 @@
 
 pub mod adapters;
 pub mod catalog;
+pub mod codec;
 pub mod derive;
 pub mod event;
 pub mod fsutil;

@@ -1,0 +1,763 @@
+//! The batch codec: round trips (hand-made events, generated events and every
+//! fixture event), size over the fixture corpus, and robustness against
+//! truncated, corrupted and trailing bytes.
+//!
+//! The fixture test reads `../shared/fixtures/expected/*.events.jsonl` (or
+//! `$SESSIONLOG_FIXTURES/expected`); when absent it prints SKIPPED, unless
+//! `SESSIONLOG_REQUIRE_FIXTURES` is set.
+
+use proptest::prelude::*;
+use serde_json::value::RawValue;
+use sessionlog::codec::{
+    BatchDecoder, CodecError, EncodeOptions, MAX_REF_DISTANCE, decode_batch, encode_batch,
+    encode_batch_with,
+};
+use sessionlog::event::{Event, OwnedEvent, SurfaceOp};
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Events per batch in the size model (the harness flushes small batches).
+const BATCH: usize = 16;
+
+/// Record framing (len, crc, trailer) plus the batch header (first_seq, count).
+const FRAMING: usize = 12 + 12;
+
+const VERBATIM: EncodeOptions = EncodeOptions { compress: false };
+
+fn ev(kind: &str, seq: u64, time: i64, data: &str) -> OwnedEvent {
+    OwnedEvent::new(kind, seq, time, data).unwrap()
+}
+
+fn encode(events: &[Event<'_>], prev_time: i64, options: EncodeOptions) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_batch_with(events, prev_time, options, &mut out).unwrap();
+    out
+}
+
+/// Decodes with both decoders, checks they agree, returns the events.
+fn decode<'a>(
+    bytes: &'a [u8],
+    first_seq: u64,
+    count: usize,
+    prev_time: i64,
+) -> Result<Vec<Event<'a>>, CodecError> {
+    let count = u32::try_from(count).unwrap();
+    let vec = decode_batch(bytes, first_seq, count, prev_time);
+    let iter: Result<Vec<_>, _> = BatchDecoder::new(bytes, first_seq, count, prev_time).collect();
+    assert_eq!(vec, iter, "decode_batch and BatchDecoder disagree");
+    vec
+}
+
+/// Encodes with and without compression and checks the round trip.
+fn assert_round_trip(events: &[Event<'_>], prev_time: i64) {
+    let first_seq = events.first().map_or(7, |e| e.seq);
+    for options in [EncodeOptions::default(), VERBATIM] {
+        let bytes = encode(events, prev_time, options);
+        let back = decode(&bytes, first_seq, events.len(), prev_time).unwrap();
+        assert_eq!(back, events, "{options:?}");
+        // kind always borrows from the input; verbatim data does too.
+        let range = bytes.as_ptr_range();
+        for e in &back {
+            assert!(matches!(e.kind, Cow::Borrowed(_)));
+            assert!(range.contains(&e.kind.as_ptr()) || e.kind.is_empty());
+            if let Cow::Borrowed(raw) = &e.data {
+                assert!(range.contains(&raw.get().as_ptr()) || raw.get().is_empty());
+            } else {
+                assert!(options.compress, "verbatim data must decode borrowed");
+            }
+        }
+    }
+}
+
+fn varied_events() -> Vec<OwnedEvent> {
+    let base = u64::MAX - 40;
+    let mut events = vec![
+        ev("turn/start", base, 1_784_973_850_102, r#"{"turn":1}"#),
+        ev(
+            "user/message",
+            base + 1,
+            1_784_973_850_103,
+            r#"{"content":[{"type":"text","text":"héllo 😀"}]}"#,
+        ),
+        ev("tÿpe/ünïcödé/😀", base + 2, -5, r#""just a string""#),
+        ev(
+            "assistant/message",
+            base + 3,
+            i64::MIN,
+            r#"{"a":1.50,"b":"\u00e9"}"#,
+        ),
+        ev("assistant/message", base + 4, i64::MAX, r#"[1,2,3]"#),
+        ev("tool/result", base + 5, 0, r#"{"content":"x"}"#),
+        ev("", base + 6, 1, "null"),
+        ev("turn/start", base + 7, 0, r#"{"turn":2}"#),
+    ];
+    events[1].surface_op = Some(SurfaceOp::Append);
+    events[1].source_event_seqs = Some(vec![]);
+    events[2].ignorable = true;
+    events[2].source_event_seqs = Some(vec![0, u64::MAX, base + 2, base + 30, 5]);
+    events[3].surface_op = Some(SurfaceOp::Replace {
+        start: 0,
+        end: u64::MAX,
+    });
+    events[3].source_event_seqs = Some(vec![base + 1, base]);
+    events[4].surface_op = Some(SurfaceOp::Replace {
+        start: base,
+        end: base + 3,
+    });
+    events[4].ignorable = true;
+    events[5].surface_op = Some(SurfaceOp::Append);
+    events[6].ignorable = true;
+    // A run of chunks that share everything but the text, and one large,
+    // repetitive payload: the compressed paths.
+    let mut seq = base + 8;
+    for (i, text) in ["The", " user", " wants", " me", " to \\\"quote\\\" ünï"]
+        .iter()
+        .enumerate()
+    {
+        events.push(ev(
+            "assistant/chunk",
+            seq,
+            1_784_973_850_200 + i as i64 * 3,
+            &format!(
+                r#"{{"turn":1,"step":1,"chunk":{{"type":"reasoning-delta","index":0,"text":"{text}"}}}}"#
+            ),
+        ));
+        seq += 1;
+    }
+    let big = format!(
+        r#"{{"header":{{"tools":[{}]}}}}"#,
+        (0..50)
+            .map(|i| format!(r#"{{"name":"tool{i}","description":"does thing {i}"}}"#))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    events.push(ev("request/header", seq, 1_784_973_850_100, &big));
+    events.push(ev("request/header", seq + 1, 1_784_973_850_101, &big));
+    events
+}
+
+#[test]
+fn round_trip_varied_events() {
+    let events = varied_events();
+    for prev_time in [0, -1, i64::MIN, i64::MAX, 1_784_973_850_000] {
+        assert_round_trip(&events, prev_time);
+    }
+    // Every sub-batch, including the empty one and single events.
+    for start in 0..events.len() {
+        for end in start..=events.len() {
+            assert_round_trip(&events[start..end], 3);
+        }
+    }
+}
+
+#[test]
+fn compression_paths_are_used_and_exact() {
+    let events = varied_events();
+    let bytes = encode(&events, 0, EncodeOptions::default());
+    let verbatim = encode(&events, 0, VERBATIM);
+    assert!(
+        bytes.len() < verbatim.len() * 3 / 4,
+        "{} vs {}",
+        bytes.len(),
+        verbatim.len()
+    );
+    let back = decode(&bytes, events[0].seq, events.len(), 0).unwrap();
+    let owned = back
+        .iter()
+        .filter(|e| matches!(e.data, Cow::Owned(_)))
+        .count();
+    assert!(owned >= 4, "chunks and the repeated header are compressed");
+    assert_eq!(back, events);
+}
+
+#[test]
+fn dictionary_references_across_the_ring() {
+    // More same-type events than the decoder's ring holds, interleaved with
+    // other types so references reach back several events.
+    let mut events = Vec::new();
+    for i in 0..(MAX_REF_DISTANCE as u64 * 5) {
+        let kind = ["a/x", "b/y", "c/z"][(i % 7 % 3) as usize];
+        let data = format!(
+            r#"{{"turn":{},"payload":"{}","i":{i}}}"#,
+            i / 9,
+            "abc".repeat((i % 5) as usize * 10)
+        );
+        events.push(ev(kind, i, i as i64 * 1000, &data));
+    }
+    assert_round_trip(&events, 0);
+    // A type seen only far back: no dictionary, still exact.
+    events.push(ev(
+        "far/type",
+        events.len() as u64,
+        0,
+        r#"{"x":"abcabcabcabcabcabcabcabc"}"#,
+    ));
+    assert_round_trip(&events, 0);
+}
+
+#[test]
+fn non_contiguous_seqs_are_refused_and_append_nothing() {
+    let mut events = varied_events();
+    events[3].seq += 1;
+    let mut out = vec![1, 2, 3];
+    let err = encode_batch(&events, 0, &mut out).unwrap_err();
+    assert!(
+        matches!(err, CodecError::NonContiguous { index: 3, .. }),
+        "{err}"
+    );
+    assert_eq!(out, [1, 2, 3]);
+    // Seqs may not wrap around u64::MAX either.
+    let wrap = [ev("x", u64::MAX, 0, "1"), ev("x", 0, 0, "2")];
+    assert!(encode_batch(&wrap, 0, &mut out).is_err());
+    // encode_batch appends.
+    let events = varied_events();
+    encode_batch(&events, 0, &mut out).unwrap();
+    assert_eq!(&out[..3], [1, 2, 3]);
+    assert_eq!(
+        decode(&out[3..], events[0].seq, events.len(), 0).unwrap(),
+        events
+    );
+}
+
+#[test]
+fn every_truncation_is_an_error() {
+    let events = varied_events();
+    for options in [EncodeOptions::default(), VERBATIM] {
+        let bytes = encode(&events, 0, options);
+        for cut in 0..bytes.len() {
+            let res = decode(&bytes[..cut], events[0].seq, events.len(), 0);
+            assert!(
+                matches!(res, Err(CodecError::Corrupt { .. })),
+                "prefix of {cut} bytes decoded"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_single_byte_corruption_is_handled() {
+    // Every position, every bit, and +-1 (which hits lengths, offsets and ids
+    // exactly): no panic, both decoders agree, and in the verbatim encoding a
+    // change that still decodes yields different events (nothing is silently
+    // ignored; LZ streams are not unique, so there a changed offset may
+    // legitimately rebuild the same bytes).
+    let events = varied_events();
+    let first = events[0].seq;
+    for options in [EncodeOptions::default(), VERBATIM] {
+        let bytes = encode(&events, 0, options);
+        let mut decoded_ok = 0;
+        for i in 0..bytes.len() {
+            let mut variants: Vec<u8> = (0..8).map(|bit| bytes[i] ^ (1 << bit)).collect();
+            variants.extend([bytes[i].wrapping_add(1), bytes[i].wrapping_sub(1)]);
+            for v in variants {
+                let mut bad = bytes.clone();
+                bad[i] = v;
+                if let Ok(back) = decode(&bad, first, events.len(), 0) {
+                    if !options.compress {
+                        assert!(back != events, "byte {i} changed to {v} was ignored");
+                    }
+                    decoded_ok += 1;
+                }
+            }
+        }
+        assert!(
+            decoded_ok > 0,
+            "some corruptions (in data text) still decode"
+        );
+    }
+}
+
+#[test]
+fn trailing_bytes_are_rejected() {
+    let events = varied_events();
+    let first = events[0].seq;
+    let mut bytes = encode(&events, 0, EncodeOptions::default());
+    let len = bytes.len();
+    // One event fewer than encoded: the last event is left over.
+    assert!(matches!(
+        decode(&bytes, first, events.len() - 1, 0),
+        Err(CodecError::Corrupt { reason, .. }) if reason.contains("trailing")
+    ));
+    bytes.push(0);
+    assert_eq!(
+        decode(&bytes, first, events.len(), 0),
+        Err(CodecError::Corrupt {
+            offset: len,
+            reason: "trailing bytes after the last event"
+        })
+    );
+    // The iterator yields every event, then the error; finish() agrees.
+    let mut it = BatchDecoder::new(&bytes, first, events.len() as u32, 0);
+    for _ in 0..events.len() {
+        it.next().unwrap().unwrap();
+    }
+    assert!(it.finish().is_err());
+    assert!(matches!(it.next(), Some(Err(CodecError::Corrupt { offset, .. })) if offset == len));
+    assert!(it.next().is_none());
+    // An empty batch is empty.
+    assert_eq!(decode(&[], 0, 0, 0).unwrap(), vec![]);
+    assert!(decode(&[0], 0, 0, 0).is_err());
+}
+
+#[test]
+fn unknown_and_conflicting_flags_are_rejected() {
+    let events = [ev("x", 0, 0, r#"{"a":1}"#)];
+    let bytes = encode(&events, 0, VERBATIM);
+    for bit in [6, 7] {
+        let mut bad = bytes.clone();
+        bad[0] |= 1 << bit;
+        assert_eq!(
+            decode(&bad, 0, 1, 0),
+            Err(CodecError::Corrupt {
+                offset: 0,
+                reason: "unknown flag bits"
+            })
+        );
+    }
+    let mut bad = bytes.clone();
+    bad[0] |= 0b110; // append and replace
+    assert!(matches!(
+        decode(&bad, 0, 1, 0),
+        Err(CodecError::Corrupt { offset: 0, reason }) if reason.contains("append and replace")
+    ));
+}
+
+#[test]
+fn bad_utf8_and_bad_references_are_rejected() {
+    let events = [ev("ab", 0, 0, r#""ok""#), ev("ab", 1, 0, r#""ok""#)];
+    let bytes = encode(&events, 0, VERBATIM);
+    // flags, len 2, "ab": break the type's UTF-8.
+    let mut bad = bytes.clone();
+    assert_eq!(&bad[1..4], b"\x02ab");
+    bad[2] = 0xff;
+    assert!(matches!(
+        decode(&bad, 0, 2, 0),
+        Err(CodecError::Corrupt { offset: 2, reason }) if reason.contains("UTF-8")
+    ));
+    // The second event refers to type id 0; make it id 1 (undefined).
+    let second = 1 + 3 + 1 + 5; // flags, len + "ab", time, len + "\"ok\""
+    assert_eq!(bytes[second..second + 2], [0, 0]);
+    let mut bad = bytes.clone();
+    bad[second + 1] = 1;
+    assert!(matches!(
+        decode(&bad, 0, 2, 0),
+        Err(CodecError::Corrupt {
+            reason: "unknown type id",
+            ..
+        })
+    ));
+    // Data that is UTF-8 but not JSON: accepted by default (the CRC vouches
+    // for it), rejected when validation is asked for.
+    let mut bad = bytes.clone();
+    let last = bad.len() - 1;
+    assert_eq!(bad[last], b'"');
+    bad[last] = b'x';
+    assert!(decode(&bad, 0, 2, 0).is_ok());
+    let checked: Result<Vec<_>, _> = BatchDecoder::new(&bad, 0, 2, 0)
+        .validate_json(true)
+        .collect();
+    assert!(matches!(
+        checked,
+        Err(CodecError::Corrupt {
+            reason: "data is not valid JSON",
+            ..
+        })
+    ));
+    let checked: Result<Vec<_>, _> = BatchDecoder::new(&bytes, 0, 2, 0)
+        .validate_json(true)
+        .collect();
+    assert_eq!(checked.unwrap(), events);
+}
+
+#[test]
+fn huge_counts_and_lengths_do_not_allocate() {
+    // A tiny input claiming u32::MAX events, a huge source count, a huge LZ
+    // length: errors, quickly, without trying to reserve the claimed sizes.
+    assert!(decode_batch(&[0x10, 1, b'x', 0, 1, b'1'], 0, u32::MAX, 0).is_err());
+    let huge_sources = [0x11, 1, b'x', 0, 0xff, 0xff, 0xff, 0xff, 0x0f];
+    assert!(decode_batch(&huge_sources, 0, 1, 0).is_err());
+    let huge_lz = [
+        0x30, 1, b'x', 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0,
+    ];
+    assert!(decode_batch(&huge_lz, 0, 1, 0).is_err());
+}
+
+// ---------------------------------------------------------------- proptest
+
+fn arb_json() -> impl Strategy<Value = String> {
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        "\\PC{0,12}".prop_map(serde_json::Value::from),
+        prop::sample::select(vec!["text-delta", "reasoning-delta", " the", "{{tools}}"])
+            .prop_map(serde_json::Value::from),
+    ];
+    let value = leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+            prop::collection::vec(
+                (
+                    prop::sample::select(vec!["turn", "step", "chunk", "text", "ü"]),
+                    inner
+                ),
+                0..4
+            )
+            .prop_map(|kv| serde_json::Value::Object(
+                kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+            )),
+        ]
+    });
+    value.prop_map(|v| serde_json::to_string(&v).unwrap())
+}
+
+fn arb_event() -> impl Strategy<Value = OwnedEvent> {
+    (
+        prop_oneof![
+            prop::sample::select(vec!["assistant/chunk", "user/message", "tool/result"])
+                .prop_map(str::to_owned),
+            "\\PC{0,6}",
+        ],
+        prop_oneof![any::<i64>(), -5i64..5],
+        arb_json(),
+        prop::option::of(prop::collection::vec(
+            prop_oneof![any::<u64>(), 0u64..64],
+            0..4,
+        )),
+        prop_oneof![
+            Just(None),
+            Just(Some(SurfaceOp::Append)),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(start, end)| Some(SurfaceOp::Replace { start, end })),
+        ],
+        any::<bool>(),
+    )
+        .prop_map(|(kind, time, data, sources, op, ignorable)| {
+            let mut e = ev(&kind, 0, time, &data);
+            e.source_event_seqs = sources;
+            e.surface_op = op;
+            e.ignorable = ignorable;
+            e
+        })
+}
+
+fn arb_batch() -> impl Strategy<Value = (Vec<OwnedEvent>, i64)> {
+    (
+        prop_oneof![any::<u64>(), 0u64..100],
+        prop::collection::vec(arb_event(), 0..40),
+        any::<i64>(),
+        any::<bool>(),
+    )
+        .prop_map(|(first, mut events, prev_time, ascending)| {
+            let first = first.min(u64::MAX - events.len() as u64);
+            let mut t = prev_time;
+            for (i, e) in events.iter_mut().enumerate() {
+                e.seq = first + i as u64;
+                if ascending {
+                    t = t.wrapping_add(e.time.rem_euclid(1000));
+                    e.time = t;
+                }
+            }
+            (events, prev_time)
+        })
+}
+
+proptest! {
+    #[test]
+    fn generated_batches_round_trip((events, prev_time) in arb_batch()) {
+        assert_round_trip(&events, prev_time);
+    }
+
+    #[test]
+    fn byte_flips_never_panic(
+        (events, prev_time) in arb_batch(),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 1..5),
+        compress in any::<bool>(),
+    ) {
+        let mut bytes = encode(&events, prev_time, EncodeOptions { compress });
+        prop_assume!(!bytes.is_empty());
+        for (at, mask) in flips {
+            let i = at.index(bytes.len());
+            bytes[i] ^= mask;
+        }
+        let first = events.first().map_or(0, |e| e.seq);
+        // Ok or Err are both fine; both decoders must agree and not panic.
+        let _ = decode(&bytes, first, events.len(), prev_time);
+        let _: Vec<_> = BatchDecoder::new(&bytes, first, events.len() as u32, prev_time)
+            .validate_json(true)
+            .collect();
+    }
+
+    #[test]
+    fn random_bytes_never_panic(
+        bytes in prop::collection::vec(any::<u8>(), 0..200),
+        first in any::<u64>(),
+        count in prop_oneof![0u32..50, any::<u32>()],
+        prev_time in any::<i64>(),
+    ) {
+        let _ = decode_batch(&bytes, first, count, prev_time);
+        let _ = BatchDecoder::new(&bytes, first, count, prev_time).take(60).count();
+    }
+}
+
+// ---------------------------------------------------------------- fixtures
+
+fn fixture_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("SESSIONLOG_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures"))
+        .join("expected");
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var_os("SESSIONLOG_REQUIRE_FIXTURES").is_none(),
+        "fixtures required but not found at {}",
+        dir.display()
+    );
+    println!("SKIPPED: fixtures not found at {}", dir.display());
+    None
+}
+
+/// Each `*.events.jsonl` file's text (header line included).
+fn fixture_texts() -> Option<Vec<(String, String)>> {
+    let dir = fixture_dir()?;
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".events.jsonl"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no *.events.jsonl in {}", dir.display());
+    Some(
+        files
+            .into_iter()
+            .map(|p| {
+                let text = std::fs::read_to_string(&p).unwrap();
+                (p.file_name().unwrap().to_string_lossy().into_owned(), text)
+            })
+            .collect(),
+    )
+}
+
+/// The events of one file (header skipped) and their JSONL size in bytes.
+fn parse_session(name: &str, text: &str) -> (Vec<Event<'static>>, usize) {
+    let mut jsonl = 0;
+    let events = text
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            jsonl += line.len() + 1;
+            Event::from_json(line)
+                .unwrap_or_else(|v| panic!("{name}: {v}"))
+                .into_owned()
+        })
+        .collect();
+    (events, jsonl)
+}
+
+/// One encoded batch: bytes, first_seq, count, prev_time.
+type Batch = (Vec<u8>, u64, usize, i64);
+
+fn encode_session(events: &[Event<'_>], options: EncodeOptions) -> Vec<Batch> {
+    let mut prev_time = 0;
+    events
+        .chunks(BATCH)
+        .map(|chunk| {
+            let bytes = encode(chunk, prev_time, options);
+            let batch = (bytes, chunk[0].seq, chunk.len(), prev_time);
+            prev_time = chunk.last().unwrap().time;
+            batch
+        })
+        .collect()
+}
+
+/// The bytes a segment-wide type table would save over defining types in
+/// every batch: per batch, each type already defined by an earlier batch of
+/// the session costs its inline definition instead of an id.
+fn self_contained_type_cost(events: &[Event<'_>]) -> usize {
+    fn vlen(v: usize) -> usize {
+        (usize::BITS as usize - (v | 1).leading_zeros() as usize).div_ceil(7)
+    }
+    let mut segment: Vec<&str> = Vec::new();
+    let mut cost = 0;
+    for chunk in events.chunks(BATCH) {
+        let mut batch: Vec<&str> = Vec::new();
+        for e in chunk {
+            if batch.contains(&&*e.kind) {
+                continue;
+            }
+            batch.push(&e.kind);
+            match segment.iter().position(|k| *k == e.kind) {
+                Some(id) => cost += vlen(e.kind.len()) + e.kind.len() - vlen(id),
+                None => segment.push(&e.kind),
+            }
+        }
+    }
+    cost
+}
+
+#[test]
+fn fixture_events_round_trip_and_size() {
+    let Some(texts) = fixture_texts() else { return };
+    let (mut jsonl, mut n_events, mut n_batches) = (0usize, 0usize, 0usize);
+    let (mut packed, mut verbatim, mut type_cost) = (0usize, 0usize, 0usize);
+    let (mut borrowed, mut owned) = (0usize, 0usize);
+    for (name, text) in &texts {
+        let (events, size) = parse_session(name, text);
+        if events.is_empty() {
+            continue;
+        }
+        jsonl += size;
+        n_events += events.len();
+        type_cost += self_contained_type_cost(&events);
+        for (options, total) in [
+            (EncodeOptions::default(), &mut packed),
+            (VERBATIM, &mut verbatim),
+        ] {
+            let batches = encode_session(&events, options);
+            let mut decoded = Vec::with_capacity(events.len());
+            for (bytes, first, count, prev_time) in &batches {
+                *total += bytes.len() + FRAMING;
+                let back = decode(bytes, *first, *count, *prev_time)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                if options.compress {
+                    for e in &back {
+                        match e.data {
+                            Cow::Borrowed(_) => borrowed += 1,
+                            Cow::Owned(_) => owned += 1,
+                        }
+                    }
+                }
+                decoded.extend(back.into_iter().map(Event::into_owned));
+            }
+            assert_eq!(decoded, events, "{name}: {options:?}");
+            if options.compress {
+                n_batches += batches.len();
+            }
+        }
+    }
+    let ratio = |n: usize| n as f64 / jsonl as f64;
+    println!(
+        "codec over {} fixture sessions: {n_events} events in {n_batches} batches of <= {BATCH}, \
+         framing {FRAMING} B/batch",
+        texts.len()
+    );
+    println!("  plain JSONL            {jsonl:>9} B");
+    println!(
+        "  verbatim data          {verbatim:>9} B  ratio {:.4}",
+        ratio(verbatim)
+    );
+    println!(
+        "  LZ-coded data          {packed:>9} B  ratio {:.4}  (data borrowed {borrowed}, owned {owned})",
+        ratio(packed)
+    );
+    println!(
+        "  per-batch type tables cost {type_cost} B over a segment-wide table: {:.2}% of verbatim, \
+         {:.2}% of LZ-coded",
+        100.0 * type_cost as f64 / verbatim as f64,
+        100.0 * type_cost as f64 / packed as f64,
+    );
+    assert!(
+        ratio(packed) <= 0.5,
+        "size target missed: {:.4}",
+        ratio(packed)
+    );
+    assert!(packed < verbatim);
+}
+
+#[test]
+fn fixture_batch_truncations_are_errors() {
+    let Some(texts) = fixture_texts() else { return };
+    // A few sessions' first batches, compressed and verbatim.
+    for (name, text) in texts.iter().step_by(10) {
+        let (events, _) = parse_session(name, text);
+        for options in [EncodeOptions::default(), VERBATIM] {
+            for (bytes, first, count, prev_time) in encode_session(&events, options).iter().take(2)
+            {
+                for cut in 0..bytes.len() {
+                    assert!(
+                        decode(&bytes[..cut], *first, *count, *prev_time).is_err(),
+                        "{name}: prefix of {cut} decoded"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Throughput, for the record (run with `--release -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn fixture_throughput() {
+    let Some(texts) = fixture_texts() else { return };
+    let sessions: Vec<_> = texts.iter().map(|(n, t)| parse_session(n, t).0).collect();
+    let data_bytes: usize = sessions.iter().flatten().map(|e| e.data.get().len()).sum();
+    const ROUNDS: usize = 20;
+    for options in [EncodeOptions::default(), VERBATIM] {
+        let t = Instant::now();
+        let mut encoded = Vec::new();
+        for _ in 0..ROUNDS {
+            encoded = sessions
+                .iter()
+                .filter(|s| !s.is_empty())
+                .map(|s| encode_session(s, options))
+                .collect::<Vec<_>>();
+        }
+        let enc = t.elapsed() / ROUNDS as u32;
+        let mut timings = Vec::new();
+        for validate in [false, true] {
+            let t = Instant::now();
+            let mut n = 0;
+            for _ in 0..ROUNDS {
+                for batches in &encoded {
+                    for (bytes, first, count, prev) in batches {
+                        for e in BatchDecoder::new(bytes, *first, *count as u32, *prev)
+                            .validate_json(validate)
+                        {
+                            n += e.unwrap().data.get().len();
+                        }
+                    }
+                }
+            }
+            assert_eq!(n, data_bytes * ROUNDS);
+            timings.push(t.elapsed() / ROUNDS as u32);
+        }
+        let t = Instant::now();
+        for _ in 0..ROUNDS {
+            for batches in &encoded {
+                for (bytes, first, count, prev) in batches {
+                    let evs = decode_batch(bytes, *first, *count as u32, *prev).unwrap();
+                    assert_eq!(evs.len(), *count);
+                }
+            }
+        }
+        let vec_time = t.elapsed() / ROUNDS as u32;
+        let mbps = |d: std::time::Duration| data_bytes as f64 / d.as_secs_f64() / 1e6;
+        println!(
+            "{options:?}: encode {enc:?} ({:.0} MB/s of data), decode_batch {vec_time:?} ({:.0} MB/s), \
+             iterator {:?} ({:.0} MB/s), iterator+validate_json {:?} ({:.0} MB/s)",
+            mbps(enc),
+            mbps(vec_time),
+            timings[0],
+            mbps(timings[0]),
+            timings[1],
+            mbps(timings[1]),
+        );
+    }
+    // serde_json's checked borrowed constructor alone, for comparison.
+    let t = Instant::now();
+    for _ in 0..ROUNDS {
+        for e in sessions.iter().flatten() {
+            let raw: &RawValue = serde_json::from_str(e.data.get()).unwrap();
+            std::hint::black_box(raw);
+        }
+    }
+    let d = t.elapsed() / ROUNDS as u32;
+    println!(
+        "serde_json::from_str::<&RawValue> over all data: {d:?} ({:.0} MB/s)",
+        data_bytes as f64 / d.as_secs_f64() / 1e6
+    );
+}
