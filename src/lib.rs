@@ -10,6 +10,7 @@
 
 pub mod adapters;
 pub mod catalog;
+pub mod checkpoint;
 pub mod codec;
 pub mod derive;
 pub mod event;
@@ -21,5 +22,6 @@ pub mod manifest;
 pub mod repair;
 pub mod segment;
 pub mod session;
+pub mod store;
 pub mod surface;
 pub mod violation;

@@ -1,0 +1,1150 @@
+//! The durable store: sessions as segment logs, a catalog, checkpoints, and
+//! crash recovery with repair.
+//!
+//! Data flow of an append, top to bottom:
+//! 1. the batch is folded into the session's [`SessionState`] (every rule of
+//!    the model; a bad batch is rejected whole and nothing is written);
+//! 2. the batch is encoded ([`codec`]) and written as one record at the end
+//!    of the active segment ([`segment`]), rolling over to a new segment when
+//!    the active one is full; a failed write takes the fold back;
+//! 3. `fdatasync` (in [`Durability::Sync`]) makes it durable before `append`
+//!    returns; a failed sync poisons the session;
+//! 4. the read indexes (batch index, surface node locations) are extended,
+//!    and a checkpoint is written when enough events have accumulated.
+//!
+//! Sessions are loaded lazily, on first use: loading maps the segments,
+//! reads the checkpoint, folds the events after it, truncates a torn tail
+//! and closes an interrupted turn (see `format-spec.md`, "Recovery").
+
+use crate::catalog::Catalog;
+use crate::checkpoint::{self, BatchEntry, CheckpointBody, Coverage, DataLoc};
+use crate::codec;
+use crate::derive::{DeriveCache, Message};
+use crate::event::{Event, OwnedEvent};
+use crate::fsutil;
+use crate::header::SessionHeader;
+use crate::manifest::Manifest;
+use crate::segment::{self, ScanOptions, SegmentIdent, SegmentWriter, Tail};
+use crate::session::SessionState;
+use crate::surface::{EventSource, Surface};
+use crate::violation::Violation;
+use memmap2::Mmap;
+use rustc_hash::FxHashMap;
+use serde_json::value::RawValue;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// When an append is durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// `fdatasync` before `append` returns (the default).
+    Sync,
+    /// No sync on append; [`Store::flush`] (and close) syncs every dirty
+    /// session.
+    None,
+}
+
+/// Store options.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// When appends are durable.
+    pub durability: Durability,
+    /// Roll over to a new segment when the active one would pass this size.
+    pub segment_size: u64,
+    /// The largest batch record accepted, in bytes.
+    pub max_record: u32,
+    /// Write a checkpoint when this many events were appended since the
+    /// last one (or when the log's index grew past the checkpoint's size,
+    /// whichever is larger: the cost per event stays O(1) amortised).
+    pub checkpoint_every: u64,
+    /// Bytes of segment space preallocated at a time.
+    pub preallocate: u64,
+    /// Also enforce the strict invariants on append.
+    pub strict: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::Sync,
+            segment_size: 64 << 20,
+            max_record: segment::DEFAULT_MAX_RECORD,
+            checkpoint_every: 65_536,
+            preallocate: segment::DEFAULT_PREALLOCATE,
+            strict: false,
+        }
+    }
+}
+
+/// Errors of the store. Each names what a person needs to act.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Another writer holds the store.
+    #[error(
+        "store {path} is locked by another writer (open it read-only, or close the other writer)"
+    )]
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// An I/O error on a file.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Damage a crash cannot explain; nothing was truncated.
+    #[error("session {session:?} is corrupt in {segment} at offset {offset}: {reason}")]
+    Corrupt {
+        /// The session id.
+        session: String,
+        /// The damaged file.
+        segment: PathBuf,
+        /// Byte offset of the damage.
+        offset: u64,
+        /// What was found.
+        reason: String,
+    },
+    /// A batch broke a rule of the session model; nothing was stored.
+    #[error("session {session:?}: batch rejected: {violation}")]
+    Rejected {
+        /// The session id.
+        session: String,
+        /// The rule, seq and reason.
+        violation: Violation,
+    },
+    /// No such session.
+    #[error("session {0:?} does not exist")]
+    NotFound(String),
+    /// The session already exists.
+    #[error("session {0:?} already exists")]
+    Exists(String),
+    /// An fsync failed earlier; the session refuses writes until reopen.
+    #[error("session {0:?} is poisoned by a failed sync; reopen the store")]
+    Poisoned(String),
+    /// The store was opened read-only.
+    #[error("the store is open read-only")]
+    ReadOnly,
+    /// The session id cannot be stored.
+    #[error("invalid session id {id:?}: {reason}")]
+    BadId {
+        /// The id.
+        id: String,
+        /// Why.
+        reason: String,
+    },
+    /// The batch is larger than the record limit.
+    #[error(
+        "session {session:?}: batch of {size} bytes exceeds the record limit of {max} bytes; split it"
+    )]
+    TooLarge {
+        /// The session id.
+        session: String,
+        /// Encoded size.
+        size: u64,
+        /// Limit.
+        max: u32,
+    },
+    /// A store-level file (manifest, catalog) is unusable.
+    #[error("{0}")]
+    Store(String),
+}
+
+/// A result of the store.
+pub type Result<T> = std::result::Result<T, Error>;
+
+fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// A mapped segment.
+#[derive(Clone)]
+struct Seg {
+    first_seq: u64,
+    path: PathBuf,
+    map: Arc<Mmap>,
+}
+
+/// One loaded session.
+struct Session {
+    header: SessionHeader,
+    uid: [u8; 16],
+    dir: PathBuf,
+    state: SessionState,
+    derive: DeriveCache,
+    segs: Vec<Seg>,
+    writer: Option<SegmentWriter>,
+    batches: Vec<BatchEntry>,
+    node_locs: Arc<FxHashMap<u64, DataLoc>>,
+    last_time: i64,
+    last_record: Option<(u64, u64, u32)>,
+    since_checkpoint: u64,
+    dirty: bool,
+    poisoned: bool,
+}
+
+/// What a reader sees: the mapped segments and where the data lies.
+#[derive(Clone)]
+pub struct Snapshot {
+    segs: Vec<Seg>,
+    node_locs: Arc<FxHashMap<u64, DataLoc>>,
+}
+
+impl EventSource for Snapshot {
+    fn data(&self, seq: u64) -> Option<&RawValue> {
+        let loc = self.node_locs.get(&seq)?;
+        let seg = self.segs.iter().find(|s| s.first_seq == loc.segment)?;
+        let bytes = seg
+            .map
+            .get(loc.offset as usize..loc.offset as usize + loc.len as usize)?;
+        // The bytes were valid JSON when appended and the record CRC vouches
+        // for them; parsing again is the price of a safe borrowed RawValue.
+        serde_json::from_str(std::str::from_utf8(bytes).ok()?).ok()
+    }
+}
+
+/// Derived messages, borrowing from the mapped segments.
+pub struct Derived {
+    snapshot: Snapshot,
+    cache: DeriveCache,
+}
+
+impl Derived {
+    /// The messages, zero-copy.
+    pub fn messages(&self) -> impl Iterator<Item = Message<'_>> + '_ {
+        self.cache
+            .messages(&self.snapshot)
+            .map(|m| m.expect("surface node data is indexed"))
+    }
+}
+
+/// What opening a session found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// A checkpoint was used (false: rebuilt from the log).
+    pub used_checkpoint: bool,
+    /// Why the checkpoint was not used.
+    pub rebuild_reason: Option<String>,
+    /// Events folded after the checkpoint.
+    pub replayed: u64,
+    /// Bytes of torn tail discarded.
+    pub torn_at: Option<u64>,
+    /// Closers appended (or, read-only, synthesised in memory).
+    pub closers: u64,
+}
+
+struct Inner {
+    dir: PathBuf,
+    options: Options,
+    read_only: bool,
+    store_id: [u8; 16],
+    _lock: Option<File>,
+    catalog: Mutex<Catalog>,
+    pending: Mutex<HashMap<String, SessionHeader>>,
+    sessions: RwLock<HashMap<String, Arc<Mutex<Session>>>>,
+    recoveries: Mutex<HashMap<String, Recovery>>,
+}
+
+/// A store of sessions. `Send + Sync`: share it (it is a cheap handle) and
+/// append to different sessions from many threads.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+const LOCK_FILE: &str = "LOCK";
+const SESSIONS_DIR: &str = "sessions";
+
+impl Store {
+    /// Creates or opens the store in `dir`, taking its exclusive write lock.
+    pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
+        Self::open_with(dir.as_ref(), options, false)
+    }
+
+    /// Opens an existing store without the write lock; never writes. A torn
+    /// tail is ignored (not truncated) and closers are synthesised in memory.
+    pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Store> {
+        Self::open_with(dir.as_ref(), Options::default(), true)
+    }
+
+    fn open_with(dir: &Path, options: Options, read_only: bool) -> Result<Store> {
+        // The manifest first: a store is created only in a missing or empty
+        // directory, and the lock file would make it non-empty.
+        let manifest = if read_only {
+            Manifest::open(dir)
+        } else {
+            Manifest::open_or_create(dir).map(|(m, _)| m)
+        }
+        .map_err(|e| Error::Store(e.to_string()))?;
+        let lock = if read_only {
+            None
+        } else {
+            let path = dir.join(LOCK_FILE);
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(io_at(&path))?;
+            match f.try_lock() {
+                Ok(()) => Some(f),
+                Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked { path }),
+                Err(std::fs::TryLockError::Error(e)) => return Err(Error::Io { path, source: e }),
+            }
+        };
+        let sessions_dir = dir.join(SESSIONS_DIR);
+        if !read_only && !sessions_dir.exists() {
+            fsutil::create_dir_private(&sessions_dir).map_err(io_at(&sessions_dir))?;
+            fsutil::sync_dir(dir).map_err(io_at(dir))?;
+        }
+        let (catalog, _) =
+            Catalog::open(dir, read_only).map_err(|e| Error::Store(e.to_string()))?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                dir: dir.to_owned(),
+                options,
+                read_only,
+                store_id: manifest.store_id,
+                _lock: lock,
+                catalog: Mutex::new(catalog),
+                pending: Mutex::new(HashMap::new()),
+                sessions: RwLock::new(HashMap::new()),
+                recoveries: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The headers of every stored session (sessions with at least one
+    /// event), from the catalog, without reading any log.
+    pub fn list(&self) -> Vec<SessionHeader> {
+        let catalog = self.inner.catalog.lock().expect("catalog lock");
+        catalog
+            .entries()
+            .values()
+            .map(|e| e.header.clone())
+            .collect()
+    }
+
+    /// Declares a session. Nothing is written until its first append.
+    pub fn create(&self, header: SessionHeader) -> Result<()> {
+        self.writable()?;
+        fsutil::encode_session_dir_name(&header.id).map_err(|e| Error::BadId {
+            id: header.id.clone(),
+            reason: e.to_string(),
+        })?;
+        if self.exists(&header.id) {
+            return Err(Error::Exists(header.id));
+        }
+        let mut pending = self.inner.pending.lock().expect("pending lock");
+        if pending.contains_key(&header.id) {
+            return Err(Error::Exists(header.id));
+        }
+        pending.insert(header.id.clone(), header);
+        Ok(())
+    }
+
+    fn exists(&self, id: &str) -> bool {
+        self.inner
+            .catalog
+            .lock()
+            .expect("catalog lock")
+            .get(id)
+            .is_some()
+    }
+
+    fn writable(&self) -> Result<()> {
+        if self.inner.read_only {
+            Err(Error::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// How the session was recovered when it was first loaded.
+    pub fn recovery(&self, id: &str) -> Option<Recovery> {
+        self.inner.recoveries.lock().expect("lock").get(id).cloned()
+    }
+
+    fn session(&self, id: &str) -> Result<Arc<Mutex<Session>>> {
+        if let Some(s) = self.inner.sessions.read().expect("sessions lock").get(id) {
+            return Ok(s.clone());
+        }
+        let mut sessions = self.inner.sessions.write().expect("sessions lock");
+        if let Some(s) = sessions.get(id) {
+            return Ok(s.clone());
+        }
+        let entry = {
+            let catalog = self.inner.catalog.lock().expect("catalog lock");
+            catalog.get(id).map(|e| (e.header.clone(), e.session_uid))
+        };
+        let session = match entry {
+            Some((header, uid)) => {
+                let (s, rec) = self.load_session(header, uid)?;
+                self.inner
+                    .recoveries
+                    .lock()
+                    .expect("lock")
+                    .insert(id.to_owned(), rec);
+                s
+            }
+            None => {
+                let pending = self.inner.pending.lock().expect("pending lock");
+                let header = pending
+                    .get(id)
+                    .cloned()
+                    .ok_or_else(|| Error::NotFound(id.to_owned()))?;
+                self.new_session(header)?
+            }
+        };
+        let s = Arc::new(Mutex::new(session));
+        sessions.insert(id.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    fn session_dir(&self, id: &str) -> Result<PathBuf> {
+        let name = fsutil::encode_session_dir_name(id).map_err(|e| Error::BadId {
+            id: id.to_owned(),
+            reason: e.to_string(),
+        })?;
+        Ok(self.inner.dir.join(SESSIONS_DIR).join(name))
+    }
+
+    fn new_session(&self, header: SessionHeader) -> Result<Session> {
+        let dir = self.session_dir(&header.id)?;
+        Ok(Session {
+            uid: new_uid(&header.id),
+            header,
+            dir,
+            state: SessionState::new(self.inner.options.strict),
+            derive: DeriveCache::default(),
+            segs: Vec::new(),
+            writer: None,
+            batches: Vec::new(),
+            node_locs: Arc::new(FxHashMap::default()),
+            last_time: 0,
+            last_record: None,
+            since_checkpoint: 0,
+            dirty: false,
+            poisoned: false,
+        })
+    }
+
+    /// Appends a batch of events: the first seq must be the session's next
+    /// seq, the batch contiguous, every rule of the model kept. A bad batch
+    /// is rejected whole and nothing is stored. Returns once the batch is
+    /// durable (in [`Durability::Sync`]).
+    pub fn append(&self, id: &str, events: &[Event<'_>]) -> Result<()> {
+        self.writable()?;
+        if events.is_empty() {
+            return Ok(());
+        }
+        let session = self.session(id)?;
+        let mut s = session.lock().expect("session lock");
+        self.append_locked(&mut s, events)
+    }
+
+    /// Appends one event, assigning its seq (the next) and time (`time_ms`),
+    /// like the harness's `Session.append(type, data, surfaceIntent)`.
+    /// Returns the seq given.
+    pub fn append_new(&self, id: &str, mut event: OwnedEvent, time_ms: i64) -> Result<u64> {
+        self.writable()?;
+        let session = self.session(id)?;
+        let mut s = session.lock().expect("session lock");
+        event.seq = s.state.next_seq();
+        event.time = time_ms;
+        self.append_locked(&mut s, std::slice::from_ref(&event))?;
+        Ok(event.seq)
+    }
+
+    fn append_locked(&self, s: &mut Session, events: &[Event<'_>]) -> Result<()> {
+        let id = s.header.id.clone();
+        if s.poisoned {
+            return Err(Error::Poisoned(id));
+        }
+        let snapshot = s.snapshot();
+        let undo = s
+            .state
+            .append_batch_undoable(events, &snapshot)
+            .map_err(|violation| Error::Rejected {
+                session: id.clone(),
+                violation,
+            })?;
+        if let Err(e) = self.write_batch(s, events) {
+            s.state.revert(undo);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Steps 2-4 of an append, after the fold accepted the batch.
+    fn write_batch(&self, s: &mut Session, events: &[Event<'_>]) -> Result<()> {
+        let opts = &self.inner.options;
+        let id = s.header.id.clone();
+        let mut payload = Vec::new();
+        // Verbatim data: surface nodes are read zero-copy from the mapping, and
+        // the derive index points into it (compressed data would be rebuilt).
+        codec::encode_batch_with(
+            events,
+            0,
+            codec::EncodeOptions { compress: false },
+            &mut payload,
+        )
+        .map_err(|e| Error::Store(format!("session {id:?}: encoding the batch failed: {e}")))?;
+        let size = (payload.len() + segment::BATCH_HEADER_LEN) as u64;
+        if size > u64::from(opts.max_record) {
+            return Err(Error::TooLarge {
+                session: id,
+                size,
+                max: opts.max_record,
+            });
+        }
+        let first_seq = events[0].seq;
+        let first_append = s.writer.is_none() && s.segs.is_empty();
+        if first_append {
+            fsutil::create_dir_private(&s.dir).map_err(io_at(&s.dir))?;
+        }
+        let full = s.writer.as_ref().is_some_and(|w| {
+            w.len() + size + segment::FRAME_OVERHEAD as u64 > opts.segment_size && !w.is_empty()
+        });
+        if full {
+            self.roll_over(s)?;
+        }
+        if s.writer.is_none() {
+            self.start_segment(s, first_seq)?;
+        }
+        let writer = s.writer.as_mut().expect("active segment");
+        let seg_first = writer.ident().first_seq;
+        let path = s.segs.last().expect("active segment mapped").path.clone();
+        let loc = writer
+            .append(first_seq, events.len() as u32, &payload)
+            .map_err(|e| segment_error(&id, &path, e))?;
+        if opts.durability == Durability::Sync {
+            if let Err(e) = writer.sync() {
+                s.poisoned = true;
+                return Err(Error::Io { path, source: e });
+            }
+        } else {
+            s.dirty = true;
+        }
+        if first_append {
+            // The session becomes visible only once its first batch is durable
+            // (Sync) and its directory entry is: then the catalog says so.
+            let sessions_dir = self.inner.dir.join(SESSIONS_DIR);
+            fsutil::sync_dir(&s.dir).map_err(io_at(&s.dir))?;
+            fsutil::sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
+            let mut catalog = self.inner.catalog.lock().expect("catalog lock");
+            catalog
+                .put(s.header.clone(), s.uid)
+                .map_err(|e| Error::Store(e.to_string()))?;
+            self.inner.pending.lock().expect("pending lock").remove(&id);
+        }
+        // Index the batch: remap when the record lies past the mapping.
+        let end = loc.offset + loc.payload_len as u64 + segment::FRAME_OVERHEAD as u64;
+        if s.segs.last().expect("active").map.len() < end as usize {
+            let map = map_file(&path)?;
+            s.segs.last_mut().expect("active").map = Arc::new(map);
+        }
+        s.batches.push(BatchEntry {
+            first_seq,
+            segment: seg_first,
+            offset: loc.offset,
+        });
+        let map = s.segs.last().expect("active").map.clone();
+        let payload_start = loc.offset as usize + 8 + segment::BATCH_HEADER_LEN;
+        let codec_bytes = &map[payload_start..payload_start + payload.len()];
+        let decoded =
+            codec::decode_batch(codec_bytes, first_seq, events.len() as u32, 0).map_err(|e| {
+                Error::Store(format!(
+                    "session {id:?}: re-reading a written batch failed: {e}"
+                ))
+            })?;
+        let locs = Arc::make_mut(&mut s.node_locs);
+        for e in &decoded {
+            if s.state.surface().contains(e.seq) {
+                let off = e.data.get().as_ptr() as usize - map.as_ptr() as usize;
+                locs.insert(
+                    e.seq,
+                    DataLoc {
+                        segment: seg_first,
+                        offset: off as u64,
+                        len: e.data.get().len() as u32,
+                    },
+                );
+            }
+        }
+        s.last_time = events.last().expect("non-empty").time;
+        s.last_record = Some((seg_first, end, crc_at(&map, loc.offset)));
+        s.since_checkpoint += events.len() as u64;
+        let threshold = opts
+            .checkpoint_every
+            .max(s.batches.len() as u64 + s.state.surface().len() as u64);
+        if s.since_checkpoint >= threshold && opts.durability == Durability::Sync {
+            self.write_checkpoint(s)?;
+        }
+        Ok(())
+    }
+
+    fn start_segment(&self, s: &mut Session, first_seq: u64) -> Result<()> {
+        let ident = SegmentIdent {
+            store_id: self.inner.store_id,
+            session_uid: s.uid,
+            first_seq,
+        };
+        let path = s.dir.join(segment::segment_file_name(first_seq));
+        let mut w = SegmentWriter::create(&path, &ident, self.inner.options.preallocate)
+            .map_err(|e| segment_error(&s.header.id, &path, e))?;
+        w.set_max_record(self.inner.options.max_record)
+            .map_err(|e| segment_error(&s.header.id, &path, e))?;
+        // The new segment's name must be durable before a batch in it is
+        // acknowledged: otherwise a crash could lose the whole file.
+        fsutil::sync_dir(&s.dir).map_err(io_at(&s.dir))?;
+        let map = map_file(&path)?;
+        s.segs.push(Seg {
+            first_seq,
+            path,
+            map: Arc::new(map),
+        });
+        s.writer = Some(w);
+        Ok(())
+    }
+
+    fn roll_over(&self, s: &mut Session) -> Result<()> {
+        let w = s.writer.take().expect("active segment");
+        let path = s.segs.last().expect("active").path.clone();
+        if !self.sync_session_writer(s, &w, &path) {
+            return Err(Error::Poisoned(s.header.id.clone()));
+        }
+        let (count, last) = (w.event_count(), w.next_seq() - 1);
+        w.seal(count, last)
+            .map_err(|e| segment_error(&s.header.id, &path, e))?;
+        let map = segment::map_sealed(&path).map_err(|e| segment_error(&s.header.id, &path, e))?;
+        s.segs.last_mut().expect("active").map = Arc::new(map);
+        Ok(())
+    }
+
+    fn sync_session_writer(&self, s: &mut Session, w: &SegmentWriter, _path: &Path) -> bool {
+        if s.dirty {
+            if w.sync().is_err() {
+                s.poisoned = true;
+                return false;
+            }
+            s.dirty = false;
+        }
+        true
+    }
+
+    fn write_checkpoint(&self, s: &mut Session) -> Result<()> {
+        let Some((segment_first_seq, end_offset, crc)) = s.last_record else {
+            return Ok(());
+        };
+        let snapshot = s.snapshot();
+        s.derive
+            .update(s.state.surface(), &snapshot)
+            .map_err(|e| Error::Store(format!("session {:?}: {e}", s.header.id)))?;
+        let body = CheckpointBody {
+            coverage: Coverage {
+                segment_first_seq,
+                end_offset,
+                last_record_crc: crc,
+                next_seq: s.state.next_seq(),
+            },
+            last_time: s.last_time,
+            state: s.state.clone(),
+            derive: s.derive.clone(),
+            batches: s.batches.clone(),
+            node_locs: s.node_locs.iter().map(|(k, v)| (*k, *v)).collect(),
+        };
+        checkpoint::write(&s.dir, &body)
+            .map_err(|e| Error::Store(format!("session {:?}: {e}", s.header.id)))?;
+        s.since_checkpoint = 0;
+        Ok(())
+    }
+
+    /// Loads a stored session: map segments, use or rebuild from the
+    /// checkpoint, handle a torn tail, close an interrupted turn.
+    fn load_session(&self, header: SessionHeader, uid: [u8; 16]) -> Result<(Session, Recovery)> {
+        let mut s = self.new_session(header)?;
+        s.uid = uid;
+        let id = s.header.id.clone();
+        let mut rec = Recovery::default();
+        let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(&s.dir)
+            .map_err(io_at(&s.dir))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                segment::parse_segment_file_name(&name).map(|seq| (seq, e.path()))
+            })
+            .collect();
+        files.sort();
+        let ckpt = checkpoint::read(&s.dir);
+        let mut state = SessionState::new(self.inner.options.strict);
+        let mut covered: Option<Coverage> = None;
+        match ckpt {
+            Ok(body) => {
+                s.derive = body.derive;
+                state = body.state;
+                s.batches = body.batches;
+                s.node_locs = Arc::new(body.node_locs.into_iter().collect());
+                s.last_time = body.last_time;
+                covered = Some(body.coverage);
+            }
+            Err(e) => rec.rebuild_reason = Some(e.to_string()),
+        }
+        let scan_opts = ScanOptions {
+            max_record: self
+                .inner
+                .options
+                .max_record
+                .max(segment::DEFAULT_MAX_RECORD),
+            expect_sealed: false,
+        };
+        let n = files.len();
+        let mut expected_first = 0u64;
+        let mut pending_torn: Option<(PathBuf, u64)> = None;
+        let mut active_scan = None;
+        for (i, (first_seq, path)) in files.iter().enumerate() {
+            let ident = SegmentIdent {
+                store_id: self.inner.store_id,
+                session_uid: uid,
+                first_seq: *first_seq,
+            };
+            if *first_seq != expected_first {
+                return Err(Error::Corrupt {
+                    session: id,
+                    segment: path.clone(),
+                    offset: 0,
+                    reason: format!(
+                        "segment starts at seq {first_seq}, expected {expected_first} (a segment is missing)"
+                    ),
+                });
+            }
+            let last = i + 1 == n;
+            let map = map_file(path)?;
+            let sealed_footer = if last {
+                None
+            } else {
+                Some(segment::verify_footer(&map).map_err(|e| segment_error(&id, path, e))?)
+            };
+            // Sealed segments fully covered by the checkpoint are not read.
+            let skip = match (&covered, &sealed_footer) {
+                (Some(c), Some(f)) => f.last_seq < c.next_seq && c.segment_first_seq > *first_seq,
+                _ => false,
+            };
+            if let Some(f) = &sealed_footer {
+                expected_first = f.last_seq + 1;
+            }
+            if !skip {
+                let scan = segment::scan(&map, &ident, &scan_opts)
+                    .map_err(|e| segment_error(&id, path, e))?;
+                if !last && !scan.is_sealed() {
+                    return Err(Error::Corrupt {
+                        session: id,
+                        segment: path.clone(),
+                        offset: scan.valid_end,
+                        reason: "a segment before the last one is not sealed".into(),
+                    });
+                }
+                if let Tail::Torn { offset, .. } = scan.tail {
+                    pending_torn = Some((path.clone(), offset));
+                    rec.torn_at = Some(offset);
+                }
+                let map_arc = Arc::new(map);
+                for b in &scan.batches {
+                    if let Some(c) = &covered
+                        && b.first_seq < c.next_seq
+                    {
+                        // Verify that the checkpoint's last record is really here.
+                        if b.end() == c.end_offset
+                            && *first_seq == c.segment_first_seq
+                            && crc_at(&map_arc, b.offset) != c.last_record_crc
+                        {
+                            rec.rebuild_reason = Some("checkpoint does not match the log".into());
+                            return self.rebuild_without_checkpoint(s.header.clone(), uid, rec);
+                        }
+                        continue;
+                    }
+                    let bytes =
+                        &map_arc[b.codec_range().start as usize..b.codec_range().end as usize];
+                    let events =
+                        codec::decode_batch(bytes, b.first_seq, b.count, 0).map_err(|e| {
+                            Error::Corrupt {
+                                session: id.clone(),
+                                segment: path.clone(),
+                                offset: b.offset,
+                                reason: format!("batch does not decode: {e}"),
+                            }
+                        })?;
+                    let snap = Snapshot {
+                        segs: s
+                            .segs
+                            .iter()
+                            .cloned()
+                            .chain([Seg {
+                                first_seq: *first_seq,
+                                path: path.clone(),
+                                map: map_arc.clone(),
+                            }])
+                            .collect(),
+                        node_locs: s.node_locs.clone(),
+                    };
+                    state
+                        .append_batch(&events, &snap)
+                        .map_err(|v| Error::Corrupt {
+                            session: id.clone(),
+                            segment: path.clone(),
+                            offset: b.offset,
+                            reason: format!("stored batch breaks a rule: {v}"),
+                        })?;
+                    let locs = Arc::make_mut(&mut s.node_locs);
+                    for e in &events {
+                        if state.surface().contains(e.seq) {
+                            let off = e.data.get().as_ptr() as usize - map_arc.as_ptr() as usize;
+                            locs.insert(
+                                e.seq,
+                                DataLoc {
+                                    segment: *first_seq,
+                                    offset: off as u64,
+                                    len: e.data.get().len() as u32,
+                                },
+                            );
+                        }
+                    }
+                    s.batches.push(BatchEntry {
+                        first_seq: b.first_seq,
+                        segment: *first_seq,
+                        offset: b.offset,
+                    });
+                    s.last_time = events.last().map_or(s.last_time, |e| e.time);
+                    s.last_record = Some((*first_seq, b.end(), crc_at(&map_arc, b.offset)));
+                    rec.replayed += events.len() as u64;
+                }
+                if let Some(last_b) = scan.batches.last() {
+                    expected_first = last_b.last_seq() + 1;
+                    if s.last_record.is_none() {
+                        s.last_record =
+                            Some((*first_seq, last_b.end(), crc_at(&map_arc, last_b.offset)));
+                    }
+                }
+                s.segs.push(Seg {
+                    first_seq: *first_seq,
+                    path: path.clone(),
+                    map: map_arc,
+                });
+                if last {
+                    active_scan = Some((ident, path.clone(), scan));
+                }
+            } else {
+                s.segs.push(Seg {
+                    first_seq: *first_seq,
+                    path: path.clone(),
+                    map: Arc::new(map),
+                });
+            }
+        }
+        if let Some(c) = &covered
+            && state.next_seq() < c.next_seq
+        {
+            rec.rebuild_reason = Some("checkpoint covers more than the log holds".into());
+            return self.rebuild_without_checkpoint(s.header.clone(), uid, rec);
+        }
+        rec.used_checkpoint = covered.is_some();
+        s.state = state;
+        // Replayed events are not in any checkpoint yet: the next flush
+        // writes one, so the next open does not replay them again.
+        s.since_checkpoint = rec.replayed;
+        if !self.inner.read_only {
+            if let Some((path, offset)) = pending_torn {
+                // Truncate the torn tail durably before appending after it.
+                SegmentWriter::discard_tail(&path, offset).map_err(io_at(&path))?;
+            }
+            if let Some((ident, path, scan)) = active_scan {
+                let mut scan = scan;
+                scan.tail = Tail::Clean;
+                let w = SegmentWriter::open_append(&path, &ident, &scan)
+                    .map_err(|e| segment_error(&id, &path, e))?;
+                s.writer = Some(w);
+            }
+            let closers = s.state.closers();
+            if !closers.is_empty() {
+                rec.closers = closers.len() as u64;
+                self.append_locked(&mut s, &closers)?;
+                if let Some(w) = &s.writer {
+                    w.sync().map_err(|e| Error::Io {
+                        path: s.dir.clone(),
+                        source: e,
+                    })?;
+                }
+            }
+        } else {
+            rec.closers = s.state.closers().len() as u64;
+        }
+        Ok((s, rec))
+    }
+
+    fn rebuild_without_checkpoint(
+        &self,
+        header: SessionHeader,
+        uid: [u8; 16],
+        rec: Recovery,
+    ) -> Result<(Session, Recovery)> {
+        let dir = self.session_dir(&header.id)?;
+        if !self.inner.read_only {
+            let _ = std::fs::remove_file(dir.join(checkpoint::CHECKPOINT_FILE));
+        }
+        let reason = rec.rebuild_reason.clone();
+        let (s, mut r) = self.load_session(header, uid)?;
+        r.rebuild_reason = reason;
+        Ok((s, r))
+    }
+
+    /// The session's header and events.
+    pub fn load(&self, id: &str) -> Result<(SessionHeader, Vec<OwnedEvent>)> {
+        let events = self.read_from(id, 0)?;
+        let session = self.session(id)?;
+        let header = session.lock().expect("session lock").header.clone();
+        Ok((header, events))
+    }
+
+    /// The events from `seq` on.
+    pub fn read_from(&self, id: &str, seq: u64) -> Result<Vec<OwnedEvent>> {
+        let session = self.session(id)?;
+        let s = session.lock().expect("session lock");
+        let start = s
+            .batches
+            .partition_point(|b| b.first_seq <= seq)
+            .saturating_sub(1);
+        let mut out = Vec::new();
+        let mut closers = Vec::new();
+        if self.inner.read_only {
+            closers = s.state.closers();
+        }
+        for b in s.batches.iter().skip(start) {
+            let seg = s
+                .segs
+                .iter()
+                .find(|g| g.first_seq == b.segment)
+                .expect("segment of a batch");
+            let at = b.offset as usize;
+            let u32_at =
+                |o: usize| u32::from_le_bytes(seg.map[o..o + 4].try_into().expect("4 bytes"));
+            // The frame: len, crc, then the batch header (first seq, count).
+            let len = u32_at(at) as usize - segment::BATCH_HEADER_LEN;
+            let count = u32_at(at + 16);
+            let start = at + 8 + segment::BATCH_HEADER_LEN;
+            let events = codec::decode_batch(&seg.map[start..start + len], b.first_seq, count, 0)
+                .map_err(|e| Error::Corrupt {
+                session: id.to_owned(),
+                segment: seg.path.clone(),
+                offset: b.offset,
+                reason: e.to_string(),
+            })?;
+            out.extend(
+                events
+                    .into_iter()
+                    .filter(|e| e.seq >= seq)
+                    .map(Event::into_owned),
+            );
+        }
+        out.extend(closers.into_iter().filter(|e| e.seq >= seq));
+        Ok(out)
+    }
+
+    /// The session's surface.
+    pub fn surface(&self, id: &str) -> Result<Surface> {
+        let session = self.session(id)?;
+        let s = session.lock().expect("session lock");
+        if self.inner.read_only && s.state.repair().is_open() {
+            let mut state = s.state.clone();
+            let snap = s.snapshot();
+            let closers = state.closers();
+            state
+                .append_batch(&closers, &snap)
+                .map_err(|v| Error::Rejected {
+                    session: id.to_owned(),
+                    violation: v,
+                })?;
+            return Ok(state.surface().clone());
+        }
+        Ok(s.state.surface().clone())
+    }
+
+    /// The derived messages, zero-copy from the mapped segments.
+    pub fn derive(&self, id: &str) -> Result<Derived> {
+        let session = self.session(id)?;
+        let mut s = session.lock().expect("session lock");
+        let snapshot = s.snapshot();
+        let Session { derive, state, .. } = &mut *s;
+        derive
+            .update(state.surface(), &snapshot)
+            .map_err(|e| Error::Store(format!("session {id:?}: {e}")))?;
+        Ok(Derived {
+            snapshot,
+            cache: s.derive.clone(),
+        })
+    }
+
+    /// Forks `source` at `at` events into a new session `child`: the child
+    /// header names `parentSession` and `seedLength`, and `session/end-seed`
+    /// is appended unless the seed already ends with one.
+    pub fn fork(&self, source: &str, at: u64, child: SessionHeader) -> Result<()> {
+        self.writable()?;
+        let (_, events) = self.load(source)?;
+        let at = at.min(events.len() as u64);
+        let seed: Vec<OwnedEvent> = events.into_iter().take(at as usize).collect();
+        let mut header = child;
+        header.parent_session = Some(source.to_owned());
+        header.seed_length = Some(at);
+        let id = header.id.clone();
+        self.create(header)?;
+        let mut batch = seed;
+        if batch.last().is_none_or(|e| e.kind != "session/end-seed") {
+            let time = batch.last().map_or(0, |e| e.time);
+            batch.push(OwnedEvent::new("session/end-seed", at, time, "{}").expect("valid JSON"));
+        }
+        for chunk in batch.chunks(4096) {
+            self.append(&id, chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes a session: the catalog forgets it durably, then its files go.
+    pub fn delete(&self, id: &str) -> Result<()> {
+        self.writable()?;
+        if self
+            .inner
+            .pending
+            .lock()
+            .expect("pending lock")
+            .remove(id)
+            .is_some()
+            && !self.exists(id)
+        {
+            self.inner.sessions.write().expect("lock").remove(id);
+            return Ok(());
+        }
+        if !self.exists(id) {
+            return Err(Error::NotFound(id.to_owned()));
+        }
+        self.inner.sessions.write().expect("lock").remove(id);
+        self.inner
+            .catalog
+            .lock()
+            .expect("catalog lock")
+            .delete(id)
+            .map_err(|e| Error::Store(e.to_string()))?;
+        let dir = self.session_dir(id)?;
+        std::fs::remove_dir_all(&dir).map_err(io_at(&dir))?;
+        let sessions_dir = self.inner.dir.join(SESSIONS_DIR);
+        fsutil::sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))
+    }
+
+    /// Makes every append durable and writes checkpoints.
+    pub fn flush(&self) -> Result<()> {
+        if self.inner.read_only {
+            return Ok(());
+        }
+        let sessions: Vec<_> = self
+            .inner
+            .sessions
+            .read()
+            .expect("lock")
+            .values()
+            .cloned()
+            .collect();
+        for session in sessions {
+            let mut s = session.lock().expect("session lock");
+            if s.poisoned {
+                return Err(Error::Poisoned(s.header.id.clone()));
+            }
+            if let Some(w) = &s.writer
+                && s.dirty
+            {
+                if let Err(e) = w.sync() {
+                    s.poisoned = true;
+                    return Err(Error::Io {
+                        path: s.dir.clone(),
+                        source: e,
+                    });
+                }
+                s.dirty = false;
+            }
+            if s.since_checkpoint > 0 {
+                self.write_checkpoint(&mut s)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes and releases the store.
+    pub fn close(self) -> Result<()> {
+        self.flush()
+    }
+}
+
+impl Session {
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            segs: self.segs.clone(),
+            node_locs: self.node_locs.clone(),
+        }
+    }
+}
+
+fn crc_at(map: &[u8], offset: u64) -> u32 {
+    let o = offset as usize + 4;
+    u32::from_le_bytes(map[o..o + 4].try_into().expect("4 bytes"))
+}
+
+fn map_file(path: &Path) -> Result<Mmap> {
+    let f = File::open(path).map_err(io_at(path))?;
+    // SAFETY: segment files are only ever appended to within their
+    // preallocated length or sealed (cut to a length past every committed
+    // byte); readers only touch committed bytes, so the mapping never reads
+    // past the end of the file and never sees bytes change.
+    unsafe { Mmap::map(&f) }.map_err(io_at(path))
+}
+
+fn segment_error(session: &str, path: &Path, e: segment::SegmentError) -> Error {
+    match e {
+        segment::SegmentError::Corrupt { offset, reason } => Error::Corrupt {
+            session: session.to_owned(),
+            segment: path.to_owned(),
+            offset,
+            reason,
+        },
+        segment::SegmentError::Io(source) => Error::Io {
+            path: path.to_owned(),
+            source,
+        },
+        segment::SegmentError::RecordTooLarge { size, max } => Error::TooLarge {
+            session: session.to_owned(),
+            size,
+            max,
+        },
+        other => Error::Store(format!("session {session:?}: {}: {other}", path.display())),
+    }
+}
+
+/// A session identity for segment salting: distinct per creation, so a
+/// deleted and re-created session's stale segments cannot validate.
+fn new_uid(id: &str) -> [u8; 16] {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut a = crc32fast::Hasher::new();
+    a.update(id.as_bytes());
+    a.update(&nanos.to_le_bytes());
+    a.update(&std::process::id().to_le_bytes());
+    let h1 = a.finalize();
+    let mut uid = [0u8; 16];
+    uid[..4].copy_from_slice(&h1.to_le_bytes());
+    uid[4..].copy_from_slice(&nanos.to_le_bytes()[..12]);
+    uid
+}
