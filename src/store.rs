@@ -304,8 +304,16 @@ impl Store {
             fsutil::create_dir_private(&sessions_dir).map_err(io_at(&sessions_dir))?;
             fsutil::sync_dir(dir).map_err(io_at(dir))?;
         }
-        let (catalog, _) =
+        let (catalog, replay) =
             Catalog::open(dir, read_only).map_err(|e| Error::Store(e.to_string()))?;
+        if !read_only && !replay.orphan_dirs.is_empty() {
+            // Left by a crash between a session's first write and its catalog
+            // record, or during a delete: the session does not exist.
+            for orphan in &replay.orphan_dirs {
+                std::fs::remove_dir_all(orphan).map_err(io_at(orphan))?;
+            }
+            fsutil::sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
+        }
         Ok(Store {
             inner: Arc::new(Inner {
                 dir: dir.to_owned(),
