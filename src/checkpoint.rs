@@ -27,7 +27,7 @@ pub const CHECKPOINT_FILE: &str = "CHECKPOINT";
 /// Magic bytes at offset 0.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"SLOGCKPT";
 /// The checkpoint format this build writes and reads.
-pub const CHECKPOINT_VERSION: u32 = 1;
+pub const CHECKPOINT_VERSION: u32 = 2;
 /// Fixed header length before the payload.
 pub const CHECKPOINT_HEADER_LEN: usize = 28;
 
@@ -36,6 +36,8 @@ pub const CHECKPOINT_HEADER_LEN: usize = 28;
 pub struct Coverage {
     /// First seq of the segment holding the last covered batch.
     pub segment_first_seq: u64,
+    /// Byte offset of the last covered record's frame in that segment.
+    pub last_record_offset: u64,
     /// Byte offset in that segment just past the last covered record.
     pub end_offset: u64,
     /// The CRC field of the last covered record, to prove the log at that
@@ -188,6 +190,7 @@ mod tests {
         CheckpointBody {
             coverage: Coverage {
                 segment_first_seq: 0,
+                last_record_offset: 64,
                 end_offset: 100,
                 last_record_crc: 7,
                 next_seq: 3,

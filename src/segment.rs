@@ -770,6 +770,63 @@ pub fn scan(
     expected: &SegmentIdent,
     opts: &ScanOptions,
 ) -> Result<Scan, SegmentError> {
+    scan_inner(bytes, expected, opts, None)
+}
+
+/// Like [`scan`], but trusts the records before `offset` (where a record
+/// ends and the batch starting at `next_seq` would begin): the walk starts
+/// there, so reopening after a checkpoint costs the records written since,
+/// not the whole segment. `offset` must come from a verified source (a
+/// checkpoint whose last record was checked). The returned `batches` hold
+/// only the records from `offset` on. If a footer is met, the segment is
+/// rescanned whole, since the footer's checksums cover every record.
+pub fn scan_from(
+    bytes: &[u8],
+    expected: &SegmentIdent,
+    opts: &ScanOptions,
+    offset: u64,
+    next_seq: u64,
+) -> Result<Scan, SegmentError> {
+    let at = usize::try_from(offset).unwrap_or(usize::MAX);
+    if at < HEADER_LEN || at > bytes.len() {
+        return Err(invalid(format!(
+            "resume offset {offset} is outside the segment's records (file is {} bytes)",
+            bytes.len()
+        )));
+    }
+    scan_inner(bytes, expected, opts, Some((at, next_seq)))
+}
+
+/// Checks the single record at `offset`: a complete frame with this
+/// segment's salt, a valid checksum and trailer, and a batch header. Used to
+/// confirm that a checkpoint's last covered record is really in the file.
+pub fn record_at(bytes: &[u8], expected: &SegmentIdent, offset: u64) -> Option<BatchLoc> {
+    let at = usize::try_from(offset).ok()?;
+    if at < HEADER_LEN || at >= bytes.len() {
+        return None;
+    }
+    let FrameCheck::Valid { payload } = check_frame(bytes, at, expected.salt()) else {
+        return None;
+    };
+    if payload.len() < BATCH_HEADER_LEN {
+        return None;
+    }
+    let first_seq = le_u64(bytes, payload.start);
+    let count = le_u32(bytes, payload.start + 8);
+    (count > 0).then_some(BatchLoc {
+        offset,
+        payload: payload.start as u64..payload.end as u64,
+        first_seq,
+        count,
+    })
+}
+
+fn scan_inner(
+    bytes: &[u8],
+    expected: &SegmentIdent,
+    opts: &ScanOptions,
+    resume: Option<(usize, u64)>,
+) -> Result<Scan, SegmentError> {
     if is_torn_header(bytes, expected) {
         if opts.expect_sealed {
             return Err(corrupt(
@@ -803,9 +860,8 @@ pub fn scan(
     let max_record = opts.max_record.min(MAX_RECORD_LIMIT);
     let n = bytes.len();
     let mut batches = Vec::new();
-    let mut next_seq = expected.first_seq;
+    let (mut at, mut next_seq) = resume.unwrap_or((HEADER_LEN, expected.first_seq));
     let mut event_count: u64 = 0;
-    let mut at = HEADER_LEN;
 
     // Walk the valid records. The loop ends at a footer (returns), or at the
     // first offset that is not a valid record: `stop` says why (None for
@@ -816,6 +872,9 @@ pub fn scan(
         }
         if n - at >= 8 && bytes[at..at + 8] == FOOTER_MAGIC {
             match decode_footer(bytes, at) {
+                FooterCheck::Valid(_) if resume.is_some() => {
+                    return scan_inner(bytes, expected, opts, None);
+                }
                 FooterCheck::Valid(footer) => {
                     check_footer_matches(bytes, at, &footer, &batches, event_count, next_seq)?;
                     if let Some(z) = next_nonzero(bytes, at + FOOTER_LEN) {
@@ -1050,6 +1109,10 @@ pub struct SegmentWriter {
     record_count: u32,
     /// Running CRC-32 of all record bytes, for the footer.
     records_crc: crc32fast::Hasher,
+    /// Set by [`SegmentWriter::resume`]: `event_count`, `record_count` and
+    /// `records_crc` do not cover the records before the resume point yet;
+    /// [`SegmentWriter::seal_auto`] recounts them once, at seal time.
+    stats_stale: bool,
     /// Reused frame buffer, so an append does not allocate.
     buf: Vec<u8>,
 }
@@ -1120,6 +1183,7 @@ impl SegmentWriter {
             event_count: 0,
             record_count: 0,
             records_crc: crc32fast::Hasher::new(),
+            stats_stale: false,
             buf: Vec::new(),
         })
     }
@@ -1162,6 +1226,7 @@ impl SegmentWriter {
             event_count: 0,
             record_count: 0,
             records_crc: crc32fast::Hasher::new(),
+            stats_stale: false,
             buf: Vec::new(),
         };
 
@@ -1227,6 +1292,92 @@ impl SegmentWriter {
             .map_or(ident.first_seq, |b| b.first_seq + u64::from(b.count));
         writer.end = scan.valid_end;
         Ok(writer)
+    }
+
+    /// Continues an unsealed segment at `valid_end`, where the batch starting
+    /// at `next_seq` goes, without reading the records before it: the O(1)
+    /// reopen after a checkpoint that verified the record ending there.
+    ///
+    /// The footer statistics of the earlier records are recounted once, when
+    /// the segment is sealed with [`seal_auto`](Self::seal_auto); until then
+    /// [`event_count`](Self::event_count) only counts records appended since.
+    /// A torn tail at `valid_end` must already be discarded (checked).
+    pub fn resume(
+        path: impl AsRef<Path>,
+        ident: &SegmentIdent,
+        valid_end: u64,
+        next_seq: u64,
+    ) -> Result<SegmentWriter, SegmentError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path.as_ref())?;
+        let file_len = file.metadata()?.len();
+        let mut header = [0u8; HEADER_LEN];
+        file.read_exact_at(&mut header, 0)?;
+        if read_header(&header)? != *ident {
+            return Err(corrupt(
+                12,
+                "segment identity does not match: the file is misplaced or was renamed",
+            ));
+        }
+        if valid_end < HEADER_LEN as u64 || valid_end > file_len {
+            return Err(invalid(format!(
+                "resume offset {valid_end} is outside the file ({file_len} bytes)"
+            )));
+        }
+        let mut head = [0u8; 8];
+        let avail = (file_len - valid_end).min(8) as usize;
+        file.read_exact_at(&mut head[..avail], valid_end)?;
+        if head != [0; 8] {
+            return Err(invalid(format!(
+                "bytes at offset {valid_end} are not free space; discard a torn tail first"
+            )));
+        }
+        Ok(SegmentWriter {
+            file,
+            ident: *ident,
+            salt: ident.salt(),
+            end: valid_end,
+            capacity: file_len,
+            grow_chunk: DEFAULT_PREALLOCATE,
+            max_record: DEFAULT_MAX_RECORD,
+            next_seq,
+            event_count: 0,
+            record_count: 0,
+            records_crc: crc32fast::Hasher::new(),
+            stats_stale: true,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Seals with the statistics the writer tracked, recounting the records
+    /// written before a [`resume`](Self::resume) first (one sequential read
+    /// of the segment, once in its lifetime).
+    pub fn seal_auto(mut self) -> Result<(), SegmentError> {
+        if self.stats_stale {
+            let mut bytes = vec![0u8; self.end as usize];
+            self.file.read_exact_at(&mut bytes, 0)?;
+            let opts = ScanOptions {
+                max_record: MAX_RECORD_LIMIT,
+                expect_sealed: false,
+            };
+            let scan = scan(&bytes, &self.ident, &opts)?;
+            if scan.valid_end != self.end {
+                return Err(corrupt(
+                    scan.valid_end as usize,
+                    "records before the resume point do not reach it",
+                ));
+            }
+            self.event_count = scan.batches.iter().map(|b| u64::from(b.count)).sum();
+            self.record_count = u32::try_from(scan.batches.len())
+                .map_err(|_| invalid("more than u32::MAX records"))?;
+            self.records_crc = crc32fast::Hasher::new();
+            self.records_crc.update(&bytes[HEADER_LEN..]);
+            self.stats_stale = false;
+        }
+        let (count, last) = (self.event_count, self.next_seq.wrapping_sub(1));
+        self.seal(count, last)
     }
 
     /// Sets the capacity growth step (0: no preallocation).

@@ -41,8 +41,14 @@ use std::sync::{Arc, Mutex, RwLock};
 pub enum Durability {
     /// `fdatasync` before `append` returns (the default).
     Sync,
-    /// No sync on append; [`Store::flush`] (and close) syncs every dirty
-    /// session.
+    /// Group commit: `append` returns before its batch is durable; one
+    /// background thread syncs every dirty session each `window`, so many
+    /// appends share one `fdatasync`. [`Store::flush`] waits for it.
+    Batched {
+        /// How long an append may stay unsynced.
+        window: std::time::Duration,
+    },
+    /// No sync on append; only [`Store::flush`] and [`Store::close`] sync.
     None,
 }
 
@@ -184,7 +190,8 @@ struct Session {
     batches: Vec<BatchEntry>,
     node_locs: Arc<FxHashMap<u64, DataLoc>>,
     last_time: i64,
-    last_record: Option<(u64, u64, u32)>,
+    /// The newest record: (segment, frame offset, end offset, crc).
+    last_record: Option<(u64, u64, u64, u32)>,
     since_checkpoint: u64,
     dirty: bool,
     poisoned: bool,
@@ -223,6 +230,35 @@ impl Derived {
             .messages(&self.snapshot)
             .map(|m| m.expect("surface node data is indexed"))
     }
+}
+
+/// What [`Store::verify`] checked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Events decoded and folded.
+    pub events: u64,
+    /// Segment files scanned.
+    pub segments: u64,
+    /// Bytes of headers, records and footers checked.
+    pub bytes: u64,
+}
+
+/// Size and checkpoint figures of a session ([`Store::stats`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Events in the log.
+    pub events: u64,
+    /// Segment files.
+    pub segments: u64,
+    /// Bytes of the log on disk (sealed files, and the active segment up to
+    /// its committed end; preallocated space not counted).
+    pub bytes: u64,
+    /// Bytes the same events take as plain JSONL (one event per line).
+    pub jsonl_bytes: u64,
+    /// Events appended since the last checkpoint.
+    pub events_since_checkpoint: u64,
+    /// When the checkpoint file was last written.
+    pub checkpoint_modified: Option<std::time::SystemTime>,
 }
 
 /// What opening a session found and did.
@@ -314,7 +350,7 @@ impl Store {
             }
             fsutil::sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
         }
-        Ok(Store {
+        let store = Store {
             inner: Arc::new(Inner {
                 dir: dir.to_owned(),
                 options,
@@ -326,7 +362,12 @@ impl Store {
                 sessions: RwLock::new(HashMap::new()),
                 recoveries: Mutex::new(HashMap::new()),
             }),
-        })
+        };
+        if let (Durability::Batched { window }, false) = (store.inner.options.durability, read_only)
+        {
+            spawn_group_commit(Arc::downgrade(&store.inner), window);
+        }
+        Ok(store)
     }
 
     /// The headers of every stored session (sessions with at least one
@@ -544,13 +585,22 @@ impl Store {
         if first_append {
             // The session becomes visible only once its first batch is durable
             // (Sync) and its directory entry is: then the catalog says so.
+            // The record is already written, so a failure here cannot be
+            // rolled back in place: the session is poisoned, and the next
+            // open finds an orphan directory and removes it.
             let sessions_dir = self.inner.dir.join(SESSIONS_DIR);
-            fsutil::sync_dir(&s.dir).map_err(io_at(&s.dir))?;
-            fsutil::sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
-            let mut catalog = self.inner.catalog.lock().expect("catalog lock");
-            catalog
-                .put(s.header.clone(), s.uid)
-                .map_err(|e| Error::Store(e.to_string()))?;
+            let publish = || -> Result<()> {
+                fsutil::sync_dir(&s.dir).map_err(io_at(&s.dir))?;
+                fsutil::sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
+                let mut catalog = self.inner.catalog.lock().expect("catalog lock");
+                catalog
+                    .put(s.header.clone(), s.uid)
+                    .map_err(|e| Error::Store(e.to_string()))
+            };
+            if let Err(e) = publish() {
+                s.poisoned = true;
+                return Err(e);
+            }
             self.inner.pending.lock().expect("pending lock").remove(&id);
         }
         // Index the batch: remap when the record lies past the mapping.
@@ -559,41 +609,31 @@ impl Store {
             let map = map_file(&path)?;
             s.segs.last_mut().expect("active").map = Arc::new(map);
         }
-        s.batches.push(BatchEntry {
-            first_seq,
-            segment: seg_first,
-            offset: loc.offset,
-        });
         let map = s.segs.last().expect("active").map.clone();
-        let payload_start = loc.offset as usize + 8 + segment::BATCH_HEADER_LEN;
-        let codec_bytes = &map[payload_start..payload_start + payload.len()];
-        let decoded =
-            codec::decode_batch(codec_bytes, first_seq, events.len() as u32, 0).map_err(|e| {
-                Error::Store(format!(
-                    "session {id:?}: re-reading a written batch failed: {e}"
-                ))
-            })?;
-        let locs = Arc::make_mut(&mut s.node_locs);
-        for e in &decoded {
-            if s.state.surface().contains(e.seq) {
-                let off = e.data.get().as_ptr() as usize - map.as_ptr() as usize;
-                locs.insert(
-                    e.seq,
-                    DataLoc {
-                        segment: seg_first,
-                        offset: off as u64,
-                        len: e.data.get().len() as u32,
-                    },
-                );
-            }
-        }
-        s.last_time = events.last().expect("non-empty").time;
-        s.last_record = Some((seg_first, end, crc_at(&map, loc.offset)));
+        let r = segment::BatchLoc {
+            offset: loc.offset,
+            payload: loc.offset + 8..loc.offset + 8 + u64::from(loc.payload_len),
+            first_seq,
+            count: events.len() as u32,
+        };
+        let codec_range = r.codec_range();
+        let decoded = codec::decode_batch(
+            &map[codec_range.start as usize..codec_range.end as usize],
+            first_seq,
+            r.count,
+            0,
+        )
+        .map_err(|e| {
+            Error::Store(format!(
+                "session {id:?}: re-reading a written batch failed: {e}"
+            ))
+        })?;
+        s.index_batch(seg_first, &map, &r, &decoded);
         s.since_checkpoint += events.len() as u64;
         let threshold = opts
             .checkpoint_every
             .max(s.batches.len() as u64 + s.state.surface().len() as u64);
-        if s.since_checkpoint >= threshold && opts.durability == Durability::Sync {
+        if s.since_checkpoint >= threshold {
             self.write_checkpoint(s)?;
         }
         Ok(())
@@ -629,8 +669,7 @@ impl Store {
         if !self.sync_session_writer(s, &w, &path) {
             return Err(Error::Poisoned(s.header.id.clone()));
         }
-        let (count, last) = (w.event_count(), w.next_seq() - 1);
-        w.seal(count, last)
+        w.seal_auto()
             .map_err(|e| segment_error(&s.header.id, &path, e))?;
         let map = segment::map_sealed(&path).map_err(|e| segment_error(&s.header.id, &path, e))?;
         s.segs.last_mut().expect("active").map = Arc::new(map);
@@ -649,9 +688,22 @@ impl Store {
     }
 
     fn write_checkpoint(&self, s: &mut Session) -> Result<()> {
-        let Some((segment_first_seq, end_offset, crc)) = s.last_record else {
+        let Some((segment_first_seq, last_record_offset, end_offset, crc)) = s.last_record else {
             return Ok(());
         };
+        // A checkpoint only ever covers durable records.
+        if s.dirty
+            && let Some(w) = &s.writer
+        {
+            if let Err(e) = w.sync() {
+                s.poisoned = true;
+                return Err(Error::Io {
+                    path: s.dir.clone(),
+                    source: e,
+                });
+            }
+            s.dirty = false;
+        }
         let snapshot = s.snapshot();
         s.derive
             .update(s.state.surface(), &snapshot)
@@ -659,6 +711,7 @@ impl Store {
         let body = CheckpointBody {
             coverage: Coverage {
                 segment_first_seq,
+                last_record_offset,
                 end_offset,
                 last_record_crc: crc,
                 next_seq: s.state.next_seq(),
@@ -675,8 +728,13 @@ impl Store {
         Ok(())
     }
 
-    /// Loads a stored session: map segments, use or rebuild from the
-    /// checkpoint, handle a torn tail, close an interrupted turn.
+    /// Loads a stored session: verify the checkpoint against the log, map
+    /// the segments, fold the events after the checkpoint, handle a torn
+    /// tail, close an interrupted turn.
+    ///
+    /// Cost: O(segments) for the sealed segments the checkpoint covers (their
+    /// footers are checked, not their records), plus O(records after the
+    /// checkpoint).
     fn load_session(&self, header: SessionHeader, uid: [u8; 16]) -> Result<(Session, Recovery)> {
         let mut s = self.new_session(header)?;
         s.uid = uid;
@@ -691,225 +749,192 @@ impl Store {
             })
             .collect();
         files.sort();
-        let ckpt = checkpoint::read(&s.dir);
-        let mut state = SessionState::new(self.inner.options.strict);
+        let ident_of = |first_seq| SegmentIdent {
+            store_id: self.inner.store_id,
+            session_uid: uid,
+            first_seq,
+        };
+        let maps: Vec<Arc<Mmap>> = files
+            .iter()
+            .map(|(_, p)| map_file(p).map(Arc::new))
+            .collect::<Result<_>>()?;
+
+        // The checkpoint is a cache: use it only if the record it claims to
+        // end at is in the log, with the checksum it recorded.
         let mut covered: Option<Coverage> = None;
-        match ckpt {
+        match checkpoint::read(&s.dir) {
             Ok(body) => {
-                s.derive = body.derive;
-                state = body.state;
-                s.batches = body.batches;
-                s.node_locs = Arc::new(body.node_locs.into_iter().collect());
-                s.last_time = body.last_time;
-                covered = Some(body.coverage);
+                let c = body.coverage;
+                let found = files.iter().position(|(f, _)| *f == c.segment_first_seq);
+                let ok = found.is_some_and(|i| {
+                    segment::record_at(
+                        &maps[i],
+                        &ident_of(c.segment_first_seq),
+                        c.last_record_offset,
+                    )
+                    .is_some_and(|loc| {
+                        loc.end() == c.end_offset
+                            && loc.last_seq() + 1 == c.next_seq
+                            && crc_at(&maps[i], loc.offset) == c.last_record_crc
+                    })
+                });
+                if ok {
+                    s.state = body.state;
+                    s.derive = body.derive;
+                    s.batches = body.batches;
+                    s.node_locs = Arc::new(body.node_locs.into_iter().collect());
+                    s.last_time = body.last_time;
+                    s.last_record = Some((
+                        c.segment_first_seq,
+                        c.last_record_offset,
+                        c.end_offset,
+                        c.last_record_crc,
+                    ));
+                    covered = Some(c);
+                } else {
+                    rec.rebuild_reason = Some("checkpoint does not match the log".into());
+                }
             }
             Err(e) => rec.rebuild_reason = Some(e.to_string()),
         }
-        let scan_opts = ScanOptions {
+        rec.used_checkpoint = covered.is_some();
+
+        let scan_opts = |sealed| ScanOptions {
             max_record: self
                 .inner
                 .options
                 .max_record
                 .max(segment::DEFAULT_MAX_RECORD),
-            expect_sealed: false,
+            expect_sealed: sealed,
+        };
+        let corrupt = |path: &Path, offset, reason: String| Error::Corrupt {
+            session: id.clone(),
+            segment: path.to_owned(),
+            offset,
+            reason,
         };
         let n = files.len();
         let mut expected_first = 0u64;
-        let mut pending_torn: Option<(PathBuf, u64)> = None;
-        let mut active_scan = None;
+        let mut torn: Option<(PathBuf, u64)> = None;
+        let mut active: Option<(SegmentIdent, PathBuf, segment::Scan)> = None;
         for (i, (first_seq, path)) in files.iter().enumerate() {
-            let ident = SegmentIdent {
-                store_id: self.inner.store_id,
-                session_uid: uid,
-                first_seq: *first_seq,
-            };
-            if *first_seq != expected_first {
-                return Err(Error::Corrupt {
-                    session: id,
-                    segment: path.clone(),
-                    offset: 0,
-                    reason: format!(
-                        "segment starts at seq {first_seq}, expected {expected_first} (a segment is missing)"
+            let (first_seq, map) = (*first_seq, maps[i].clone());
+            let ident = ident_of(first_seq);
+            if first_seq != expected_first {
+                return Err(corrupt(
+                    path,
+                    0,
+                    format!(
+                        "segment starts at seq {first_seq}, expected {expected_first}: a segment is missing"
                     ),
-                });
+                ));
             }
             let last = i + 1 == n;
-            let map = map_file(path)?;
-            let sealed_footer = if last {
-                None
-            } else {
-                Some(segment::verify_footer(&map).map_err(|e| segment_error(&id, path, e))?)
-            };
-            // Sealed segments fully covered by the checkpoint are not read.
-            let skip = match (&covered, &sealed_footer) {
-                (Some(c), Some(f)) => f.last_seq < c.next_seq && c.segment_first_seq > *first_seq,
-                _ => false,
-            };
-            if let Some(f) = &sealed_footer {
-                expected_first = f.last_seq + 1;
-            }
-            if !skip {
-                let scan = segment::scan(&map, &ident, &scan_opts)
-                    .map_err(|e| segment_error(&id, path, e))?;
-                if !last && !scan.is_sealed() {
-                    return Err(Error::Corrupt {
-                        session: id,
-                        segment: path.clone(),
-                        offset: scan.valid_end,
-                        reason: "a segment before the last one is not sealed".into(),
-                    });
+            s.segs.push(Seg {
+                first_seq,
+                path: path.clone(),
+                map: map.clone(),
+            });
+            if !last {
+                if segment::read_header(&map).map_err(|e| segment_error(&id, path, e))? != ident {
+                    return Err(corrupt(
+                        path,
+                        12,
+                        "segment identity does not match its session".into(),
+                    ));
                 }
+                let footer =
+                    segment::verify_footer(&map).map_err(|e| segment_error(&id, path, e))?;
+                expected_first = footer.last_seq + 1;
+                if covered.is_some_and(|c| {
+                    footer.last_seq < c.next_seq && c.segment_first_seq != first_seq
+                }) {
+                    continue; // wholly covered by the checkpoint
+                }
+            }
+            let scan = match covered.filter(|c| c.segment_first_seq == first_seq) {
+                Some(c) => {
+                    segment::scan_from(&map, &ident, &scan_opts(!last), c.end_offset, c.next_seq)
+                }
+                None => segment::scan(&map, &ident, &scan_opts(!last)),
+            }
+            .map_err(|e| segment_error(&id, path, e))?;
+            for b in &scan.batches {
+                if b.first_seq < s.state.next_seq() {
+                    continue; // a full rescan after a resume met a footer
+                }
+                let r = b.codec_range();
+                let events = codec::decode_batch(
+                    &map[r.start as usize..r.end as usize],
+                    b.first_seq,
+                    b.count,
+                    0,
+                )
+                .map_err(|e| corrupt(path, b.offset, format!("batch does not decode: {e}")))?;
+                let snapshot = s.snapshot();
+                s.state.append_batch(&events, &snapshot).map_err(|v| {
+                    corrupt(path, b.offset, format!("stored batch breaks a rule: {v}"))
+                })?;
+                s.index_batch(first_seq, &map, b, &events);
+                rec.replayed += events.len() as u64;
+            }
+            if last {
+                expected_first = s.state.next_seq();
                 if let Tail::Torn { offset, .. } = scan.tail {
-                    pending_torn = Some((path.clone(), offset));
+                    torn = Some((path.clone(), offset));
                     rec.torn_at = Some(offset);
                 }
-                let map_arc = Arc::new(map);
-                for b in &scan.batches {
-                    if let Some(c) = &covered
-                        && b.first_seq < c.next_seq
-                    {
-                        // Verify that the checkpoint's last record is really here.
-                        if b.end() == c.end_offset
-                            && *first_seq == c.segment_first_seq
-                            && crc_at(&map_arc, b.offset) != c.last_record_crc
-                        {
-                            rec.rebuild_reason = Some("checkpoint does not match the log".into());
-                            return self.rebuild_without_checkpoint(s.header.clone(), uid, rec);
-                        }
-                        continue;
+                if scan.is_sealed() {
+                    if !self.inner.read_only {
+                        // A crash between the footer write and the cut.
+                        SegmentWriter::complete_seal(path, &scan)
+                            .map_err(|e| segment_error(&id, path, e))?;
                     }
-                    let bytes =
-                        &map_arc[b.codec_range().start as usize..b.codec_range().end as usize];
-                    let events =
-                        codec::decode_batch(bytes, b.first_seq, b.count, 0).map_err(|e| {
-                            Error::Corrupt {
-                                session: id.clone(),
-                                segment: path.clone(),
-                                offset: b.offset,
-                                reason: format!("batch does not decode: {e}"),
-                            }
-                        })?;
-                    let snap = Snapshot {
-                        segs: s
-                            .segs
-                            .iter()
-                            .cloned()
-                            .chain([Seg {
-                                first_seq: *first_seq,
-                                path: path.clone(),
-                                map: map_arc.clone(),
-                            }])
-                            .collect(),
-                        node_locs: s.node_locs.clone(),
-                    };
-                    state
-                        .append_batch(&events, &snap)
-                        .map_err(|v| Error::Corrupt {
-                            session: id.clone(),
-                            segment: path.clone(),
-                            offset: b.offset,
-                            reason: format!("stored batch breaks a rule: {v}"),
-                        })?;
-                    let locs = Arc::make_mut(&mut s.node_locs);
-                    for e in &events {
-                        if state.surface().contains(e.seq) {
-                            let off = e.data.get().as_ptr() as usize - map_arc.as_ptr() as usize;
-                            locs.insert(
-                                e.seq,
-                                DataLoc {
-                                    segment: *first_seq,
-                                    offset: off as u64,
-                                    len: e.data.get().len() as u32,
-                                },
-                            );
-                        }
-                    }
-                    s.batches.push(BatchEntry {
-                        first_seq: b.first_seq,
-                        segment: *first_seq,
-                        offset: b.offset,
-                    });
-                    s.last_time = events.last().map_or(s.last_time, |e| e.time);
-                    s.last_record = Some((*first_seq, b.end(), crc_at(&map_arc, b.offset)));
-                    rec.replayed += events.len() as u64;
-                }
-                if let Some(last_b) = scan.batches.last() {
-                    expected_first = last_b.last_seq() + 1;
-                    if s.last_record.is_none() {
-                        s.last_record =
-                            Some((*first_seq, last_b.end(), crc_at(&map_arc, last_b.offset)));
-                    }
-                }
-                s.segs.push(Seg {
-                    first_seq: *first_seq,
-                    path: path.clone(),
-                    map: map_arc,
-                });
-                if last {
-                    active_scan = Some((ident, path.clone(), scan));
+                } else {
+                    active = Some((ident, path.clone(), scan));
                 }
             } else {
-                s.segs.push(Seg {
-                    first_seq: *first_seq,
-                    path: path.clone(),
-                    map: Arc::new(map),
-                });
+                expected_first = s.state.next_seq().max(expected_first);
             }
         }
-        if let Some(c) = &covered
-            && state.next_seq() < c.next_seq
-        {
-            rec.rebuild_reason = Some("checkpoint covers more than the log holds".into());
-            return self.rebuild_without_checkpoint(s.header.clone(), uid, rec);
-        }
-        rec.used_checkpoint = covered.is_some();
-        s.state = state;
         // Replayed events are not in any checkpoint yet: the next flush
         // writes one, so the next open does not replay them again.
         s.since_checkpoint = rec.replayed;
-        if !self.inner.read_only {
-            if let Some((path, offset)) = pending_torn {
-                // Truncate the torn tail durably before appending after it.
-                SegmentWriter::discard_tail(&path, offset).map_err(io_at(&path))?;
-            }
-            if let Some((ident, path, scan)) = active_scan {
-                let mut scan = scan;
-                scan.tail = Tail::Clean;
-                let w = SegmentWriter::open_append(&path, &ident, &scan)
-                    .map_err(|e| segment_error(&id, &path, e))?;
-                s.writer = Some(w);
-            }
-            let closers = s.state.closers();
-            if !closers.is_empty() {
-                rec.closers = closers.len() as u64;
-                self.append_locked(&mut s, &closers)?;
-                if let Some(w) = &s.writer {
-                    w.sync().map_err(|e| Error::Io {
-                        path: s.dir.clone(),
-                        source: e,
-                    })?;
-                }
-            }
-        } else {
+        if self.inner.read_only {
             rec.closers = s.state.closers().len() as u64;
+            return Ok((s, rec));
+        }
+        if let Some((path, offset)) = torn {
+            // The torn bytes are zeroed durably before anything is appended
+            // after them, so they can never be mistaken for a record again.
+            SegmentWriter::discard_tail(&path, offset).map_err(io_at(&path))?;
+        }
+        if let Some((ident, path, scan)) = active {
+            // Resume at the end of the valid records: no need to read the
+            // records before it again.
+            let w = if scan.valid_end == 0 {
+                // A crash while the segment was created: rewrite its header.
+                SegmentWriter::open_append(&path, &ident, &scan)
+            } else {
+                SegmentWriter::resume(&path, &ident, scan.valid_end, s.state.next_seq())
+            };
+            let mut w = w.map_err(|e| segment_error(&id, &path, e))?;
+            w.set_max_record(self.inner.options.max_record)
+                .map_err(|e| segment_error(&id, &path, e))?;
+            s.writer = Some(w);
+        }
+        let closers = s.state.closers();
+        if !closers.is_empty() {
+            rec.closers = closers.len() as u64;
+            self.append_locked(&mut s, &closers)?;
+            if let Some(w) = &s.writer {
+                w.sync().map_err(|e| Error::Io {
+                    path: s.dir.clone(),
+                    source: e,
+                })?;
+            }
         }
         Ok((s, rec))
-    }
-
-    fn rebuild_without_checkpoint(
-        &self,
-        header: SessionHeader,
-        uid: [u8; 16],
-        rec: Recovery,
-    ) -> Result<(Session, Recovery)> {
-        let dir = self.session_dir(&header.id)?;
-        if !self.inner.read_only {
-            let _ = std::fs::remove_file(dir.join(checkpoint::CHECKPOINT_FILE));
-        }
-        let reason = rec.rebuild_reason.clone();
-        let (s, mut r) = self.load_session(header, uid)?;
-        r.rebuild_reason = reason;
-        Ok((s, r))
     }
 
     /// The session's header and events.
@@ -924,6 +949,10 @@ impl Store {
     pub fn read_from(&self, id: &str, seq: u64) -> Result<Vec<OwnedEvent>> {
         let session = self.session(id)?;
         let s = session.lock().expect("session lock");
+        self.read_from_locked(&s, id, seq)
+    }
+
+    fn read_from_locked(&self, s: &Session, id: &str, seq: u64) -> Result<Vec<OwnedEvent>> {
         let start = s
             .batches
             .partition_point(|b| b.first_seq <= seq)
@@ -1053,11 +1082,142 @@ impl Store {
         fsutil::sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))
     }
 
+    /// Verifies a session end to end: every segment is scanned record by
+    /// record (sealed ones against their footers), every batch decoded, and
+    /// the whole log folded again from scratch; the result must equal the
+    /// loaded state. Damage is an [`Error::Corrupt`] naming the segment and
+    /// offset.
+    pub fn verify(&self, id: &str) -> Result<VerifyReport> {
+        let session = self.session(id)?;
+        let s = session.lock().expect("session lock");
+        let mut report = VerifyReport::default();
+        let mut state = SessionState::new(self.inner.options.strict);
+        let mut log: Vec<OwnedEvent> = Vec::new();
+        let last = s.segs.len().saturating_sub(1);
+        for (i, seg) in s.segs.iter().enumerate() {
+            let ident = SegmentIdent {
+                store_id: self.inner.store_id,
+                session_uid: s.uid,
+                first_seq: seg.first_seq,
+            };
+            // Read the file afresh: the check is of what is on disk.
+            let bytes = std::fs::read(&seg.path).map_err(io_at(&seg.path))?;
+            let opts = ScanOptions {
+                max_record: self
+                    .inner
+                    .options
+                    .max_record
+                    .max(segment::DEFAULT_MAX_RECORD),
+                expect_sealed: i < last || s.writer.is_none() && !self.inner.read_only,
+            };
+            let scan = segment::scan(&bytes, &ident, &opts)
+                .map_err(|e| segment_error(id, &seg.path, e))?;
+            report.segments += 1;
+            report.bytes += scan.valid_end + scan.footer.map_or(0, |_| segment::FOOTER_LEN as u64);
+            for b in &scan.batches {
+                let r = b.codec_range();
+                let events = codec::decode_batch(
+                    &bytes[r.start as usize..r.end as usize],
+                    b.first_seq,
+                    b.count,
+                    0,
+                )
+                .map_err(|e| Error::Corrupt {
+                    session: id.to_owned(),
+                    segment: seg.path.clone(),
+                    offset: b.offset,
+                    reason: format!("batch does not decode: {e}"),
+                })?;
+                let owned: Vec<OwnedEvent> = events.into_iter().map(Event::into_owned).collect();
+                state
+                    .append_batch(&owned, &log)
+                    .map_err(|v| Error::Corrupt {
+                        session: id.to_owned(),
+                        segment: seg.path.clone(),
+                        offset: b.offset,
+                        reason: format!("stored batch breaks a rule: {v}"),
+                    })?;
+                report.events += owned.len() as u64;
+                log.extend(owned);
+            }
+        }
+        if state.next_seq() != s.state.next_seq() || state.surface() != s.state.surface() {
+            return Err(Error::Corrupt {
+                session: id.to_owned(),
+                segment: s.dir.clone(),
+                offset: 0,
+                reason: format!(
+                    "the log folds to {} events but the index holds {}: the checkpoint or index disagrees with the log",
+                    state.next_seq(),
+                    s.state.next_seq()
+                ),
+            });
+        }
+        Ok(report)
+    }
+
+    /// Size and checkpoint figures of a session.
+    pub fn stats(&self, id: &str) -> Result<SessionStats> {
+        let session = self.session(id)?;
+        let s = session.lock().expect("session lock");
+        let mut bytes = 0;
+        for (i, seg) in s.segs.iter().enumerate() {
+            let active = i + 1 == s.segs.len() && s.writer.is_some();
+            bytes += match (&s.writer, active) {
+                (Some(w), true) => w.len(),
+                _ => seg.map.len() as u64,
+            };
+        }
+        let events = self.read_from_locked(&s, id, 0)?;
+        let mut jsonl_bytes = 0u64;
+        let mut buf = Vec::new();
+        for e in &events {
+            buf.clear();
+            e.write_json(&mut buf);
+            jsonl_bytes += buf.len() as u64 + 1;
+        }
+        let checkpoint_modified = std::fs::metadata(s.dir.join(checkpoint::CHECKPOINT_FILE))
+            .and_then(|m| m.modified())
+            .ok();
+        Ok(SessionStats {
+            events: events.len() as u64,
+            segments: s.segs.len() as u64,
+            bytes,
+            jsonl_bytes,
+            events_since_checkpoint: s.since_checkpoint,
+            checkpoint_modified,
+        })
+    }
+
+    /// Closes the session's last turn if it is open, appending the closers
+    /// durably; returns the closers appended by this call or, when opening
+    /// the session already repaired it, by that recovery.
+    pub fn repair(&self, id: &str) -> Result<Vec<OwnedEvent>> {
+        self.writable()?;
+        let session = self.session(id)?;
+        let mut s = session.lock().expect("session lock");
+        let closers = s.state.closers();
+        if !closers.is_empty() {
+            self.append_locked(&mut s, &closers)?;
+            if let Some(w) = &s.writer {
+                w.sync().map_err(|e| Error::Io {
+                    path: s.dir.clone(),
+                    source: e,
+                })?;
+            }
+            return Ok(closers);
+        }
+        let recovered = self.recovery(id).map_or(0, |r| r.closers);
+        let from = s.state.next_seq().saturating_sub(recovered);
+        self.read_from_locked(&s, id, from)
+    }
+
     /// Makes every append durable and writes checkpoints.
     pub fn flush(&self) -> Result<()> {
         if self.inner.read_only {
             return Ok(());
         }
+        self.inner.sync_dirty()?;
         let sessions: Vec<_> = self
             .inner
             .sessions
@@ -1068,22 +1228,7 @@ impl Store {
             .collect();
         for session in sessions {
             let mut s = session.lock().expect("session lock");
-            if s.poisoned {
-                return Err(Error::Poisoned(s.header.id.clone()));
-            }
-            if let Some(w) = &s.writer
-                && s.dirty
-            {
-                if let Err(e) = w.sync() {
-                    s.poisoned = true;
-                    return Err(Error::Io {
-                        path: s.dir.clone(),
-                        source: e,
-                    });
-                }
-                s.dirty = false;
-            }
-            if s.since_checkpoint > 0 {
+            if s.since_checkpoint > 0 && !s.poisoned {
                 self.write_checkpoint(&mut s)?;
             }
         }
@@ -1096,7 +1241,108 @@ impl Store {
     }
 }
 
+impl Inner {
+    /// Syncs every session with unsynced appends. A failed sync poisons its
+    /// session (the data may be lost; retrying the fsync could report a
+    /// false success) and is returned.
+    fn sync_dirty(&self) -> Result<()> {
+        let sessions: Vec<_> = self
+            .sessions
+            .read()
+            .expect("lock")
+            .values()
+            .cloned()
+            .collect();
+        let mut first_error = None;
+        for session in sessions {
+            let mut s = session.lock().expect("session lock");
+            if s.poisoned {
+                first_error.get_or_insert(Error::Poisoned(s.header.id.clone()));
+                continue;
+            }
+            if !s.dirty {
+                continue;
+            }
+            if let Some(w) = &s.writer
+                && let Err(e) = w.sync()
+            {
+                s.poisoned = true;
+                first_error.get_or_insert(Error::Io {
+                    path: s.dir.clone(),
+                    source: e,
+                });
+                continue;
+            }
+            s.dirty = false;
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Best effort for Batched/None: what an explicit close would sync.
+        if !self.read_only {
+            let _ = self.sync_dirty();
+        }
+    }
+}
+
+/// The group-commit thread of [`Durability::Batched`]: wakes every `window`
+/// and syncs the dirty sessions; exits when the store is dropped.
+fn spawn_group_commit(inner: std::sync::Weak<Inner>, window: std::time::Duration) {
+    std::thread::Builder::new()
+        .name("sessionlog-group-commit".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(window);
+                let Some(inner) = inner.upgrade() else { return };
+                let _ = inner.sync_dirty();
+            }
+        })
+        .expect("spawn the group-commit thread");
+}
+
 impl Session {
+    /// Extends the read indexes with a batch just written or replayed: the
+    /// batch index, the data locations of the surface nodes it added, the
+    /// newest record and time.
+    fn index_batch(
+        &mut self,
+        segment: u64,
+        map: &Mmap,
+        b: &segment::BatchLoc,
+        events: &[Event<'_>],
+    ) {
+        self.batches.push(BatchEntry {
+            first_seq: b.first_seq,
+            segment,
+            offset: b.offset,
+        });
+        let base = map.as_ptr() as usize;
+        let locs = Arc::make_mut(&mut self.node_locs);
+        for e in events {
+            if self.state.surface().contains(e.seq) {
+                let data = e.data.get();
+                // Surface nodes are stored verbatim, so their data lies in the map.
+                let offset = data.as_ptr() as usize - base;
+                debug_assert!(offset + data.len() <= map.len());
+                locs.insert(
+                    e.seq,
+                    DataLoc {
+                        segment,
+                        offset: offset as u64,
+                        len: data.len() as u32,
+                    },
+                );
+            }
+        }
+        if let Some(last) = events.last() {
+            self.last_time = last.time;
+        }
+        self.last_record = Some((segment, b.offset, b.end(), crc_at(map, b.offset)));
+    }
+
     fn snapshot(&self) -> Snapshot {
         Snapshot {
             segs: self.segs.clone(),

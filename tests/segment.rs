@@ -773,3 +773,62 @@ fn record_too_large() {
         Err(SegmentError::RecordTooLarge { .. })
     ));
 }
+
+// ---------------------------------------------------------------------------
+// Resuming after a checkpoint
+// ---------------------------------------------------------------------------
+
+#[test]
+fn scan_from_walks_only_the_records_after_the_resume_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = ident(8, 0);
+    let (path, written) = new_segment(dir.path(), &id, 1 << 14, &FIVE);
+    let bytes = fs::read(&path).unwrap();
+    let full = scan(&bytes, &id, &opts()).unwrap();
+    let third = &full.batches[2];
+    let resumed = scan_from(&bytes, &id, &opts(), third.offset, third.first_seq).unwrap();
+    assert_eq!(resumed.batches, full.batches[2..]);
+    assert_eq!(resumed.valid_end, full.valid_end);
+    assert_eq!(contents(&bytes, &resumed), written[2..]);
+    // A resume point that does not continue the seqs is corruption.
+    assert!(matches!(
+        scan_from(&bytes, &id, &opts(), third.offset, third.first_seq + 1),
+        Err(SegmentError::Corrupt { .. })
+    ));
+    assert!(scan_from(&bytes, &id, &opts(), 10, 0).is_err());
+    // record_at confirms a record, and only at a frame start.
+    assert_eq!(record_at(&bytes, &id, third.offset).as_ref(), Some(third));
+    assert_eq!(record_at(&bytes, &id, third.offset + 1), None);
+    assert_eq!(record_at(&bytes, &ident(9, 0), third.offset), None);
+}
+
+#[test]
+fn resume_then_seal_auto_writes_the_same_footer_as_an_uninterrupted_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = ident(9, 100);
+    let a = dir.path().join("a.seg");
+    let b = dir.path().join("b.seg");
+    let mut wa = SegmentWriter::create(&a, &id, 1 << 14).unwrap();
+    write_batches(&mut wa, &FIVE);
+    let mut wb = SegmentWriter::create(&b, &id, 1 << 14).unwrap();
+    write_batches(&mut wb, &FIVE[..3]);
+    let (end, next) = (wb.len(), wb.next_seq());
+    drop(wb);
+    let mut wb = SegmentWriter::resume(&b, &id, end, next).unwrap();
+    for (i, &(count, len)) in FIVE.iter().enumerate().skip(3) {
+        let first = wb.next_seq();
+        wb.append(first, count, &codec(i, len)).unwrap();
+    }
+    wa.seal_auto().unwrap();
+    wb.seal_auto().unwrap();
+    assert_eq!(fs::read(&a).unwrap(), fs::read(&b).unwrap());
+    // Resuming over bytes that are not free space is refused.
+    let c = dir.path().join("c.seg");
+    let mut wc = SegmentWriter::create(&c, &id, 1 << 14).unwrap();
+    write_batches(&mut wc, &FIVE);
+    drop(wc);
+    assert!(matches!(
+        SegmentWriter::resume(&c, &id, 64, 100),
+        Err(SegmentError::InvalidArgument { .. })
+    ));
+}
