@@ -146,11 +146,19 @@ pub struct EncodeOptions {
     /// LZ-code data where it pays (see the module docs). With `false` every
     /// data field is stored verbatim and decodes zero-copy.
     pub compress: bool,
+    /// Never LZ-code the data of events that carry a `surfaceOp` (message
+    /// events), so they decode zero-copy and can be read in place, even when
+    /// `compress` is on. The store sets it: derive reads message payloads
+    /// straight from the mapped segments.
+    pub verbatim_surface: bool,
 }
 
 impl Default for EncodeOptions {
     fn default() -> Self {
-        EncodeOptions { compress: true }
+        EncodeOptions {
+            compress: true,
+            verbatim_surface: false,
+        }
     }
 }
 
@@ -214,7 +222,7 @@ pub fn encode_batch_with(
             flags |= F_IGNORABLE;
         }
         let data = ev.data.get().as_bytes();
-        let lz_ref = if options.compress {
+        let lz_ref = if options.compress && !(options.verbatim_surface && ev.surface_op.is_some()) {
             lz.try_encode(events, index, data)
         } else {
             None

@@ -537,12 +537,15 @@ impl Store {
         let opts = &self.inner.options;
         let id = s.header.id.clone();
         let mut payload = Vec::new();
-        // Verbatim data: surface nodes are read zero-copy from the mapping, and
-        // the derive index points into it (compressed data would be rebuilt).
+        // Message events stay verbatim: derive reads them in place from the
+        // mapping. Everything else (chunks above all) may be LZ-coded.
         codec::encode_batch_with(
             events,
             0,
-            codec::EncodeOptions { compress: false },
+            codec::EncodeOptions {
+                compress: true,
+                verbatim_surface: true,
+            },
             &mut payload,
         )
         .map_err(|e| Error::Store(format!("session {id:?}: encoding the batch failed: {e}")))?;

@@ -23,7 +23,10 @@ const BATCH: usize = 16;
 /// Record framing (len, crc, trailer) plus the batch header (first_seq, count).
 const FRAMING: usize = 12 + 12;
 
-const VERBATIM: EncodeOptions = EncodeOptions { compress: false };
+const VERBATIM: EncodeOptions = EncodeOptions {
+    compress: false,
+    verbatim_surface: false,
+};
 
 fn ev(kind: &str, seq: u64, time: i64, data: &str) -> OwnedEvent {
     OwnedEvent::new(kind, seq, time, data).unwrap()
@@ -475,7 +478,10 @@ proptest! {
         flips in prop::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 1..5),
         compress in any::<bool>(),
     ) {
-        let mut bytes = encode(&events, prev_time, EncodeOptions { compress });
+        let mut bytes = encode(&events, prev_time, EncodeOptions {
+                compress,
+                verbatim_surface: false,
+            });
         prop_assume!(!bytes.is_empty());
         for (at, mask) in flips {
             let i = at.index(bytes.len());
@@ -604,6 +610,12 @@ fn fixture_events_round_trip_and_size() {
     let Some(texts) = fixture_texts() else { return };
     let (mut jsonl, mut n_events, mut n_batches) = (0usize, 0usize, 0usize);
     let (mut packed, mut verbatim, mut type_cost) = (0usize, 0usize, 0usize);
+    // What the store writes: LZ-coded, but message events verbatim.
+    let mut store_form = 0usize;
+    let store_options = EncodeOptions {
+        compress: true,
+        verbatim_surface: true,
+    };
     let (mut borrowed, mut owned) = (0usize, 0usize);
     for (name, text) in &texts {
         let (events, size) = parse_session(name, text);
@@ -616,6 +628,7 @@ fn fixture_events_round_trip_and_size() {
         for (options, total) in [
             (EncodeOptions::default(), &mut packed),
             (VERBATIM, &mut verbatim),
+            (store_options, &mut store_form),
         ] {
             let batches = encode_session(&events, options);
             let mut decoded = Vec::with_capacity(events.len());
@@ -623,7 +636,7 @@ fn fixture_events_round_trip_and_size() {
                 *total += bytes.len() + FRAMING;
                 let back = decode(bytes, *first, *count, *prev_time)
                     .unwrap_or_else(|e| panic!("{name}: {e}"));
-                if options.compress {
+                if options == EncodeOptions::default() {
                     for e in &back {
                         match e.data {
                             Cow::Borrowed(_) => borrowed += 1,
@@ -634,8 +647,19 @@ fn fixture_events_round_trip_and_size() {
                 decoded.extend(back.into_iter().map(Event::into_owned));
             }
             assert_eq!(decoded, events, "{name}: {options:?}");
-            if options.compress {
+            if options == EncodeOptions::default() {
                 n_batches += batches.len();
+            }
+            if options == store_options {
+                for (bytes, first, count, prev_time) in &batches {
+                    for e in decode(bytes, *first, *count, *prev_time).unwrap() {
+                        assert!(
+                            e.surface_op.is_none() || matches!(e.data, Cow::Borrowed(_)),
+                            "{name}: message event {} was not stored verbatim",
+                            e.seq
+                        );
+                    }
+                }
             }
         }
     }
@@ -655,6 +679,10 @@ fn fixture_events_round_trip_and_size() {
         ratio(packed)
     );
     println!(
+        "  store form (messages verbatim) {store_form:>9} B  ratio {:.4}",
+        ratio(store_form)
+    );
+    println!(
         "  per-batch type tables cost {type_cost} B over a segment-wide table: {:.2}% of verbatim, \
          {:.2}% of LZ-coded",
         100.0 * type_cost as f64 / verbatim as f64,
@@ -666,6 +694,11 @@ fn fixture_events_round_trip_and_size() {
         ratio(packed)
     );
     assert!(packed < verbatim);
+    assert!(
+        ratio(store_form) <= 0.5,
+        "size target missed by the store's form: {:.4}",
+        ratio(store_form)
+    );
 }
 
 #[test]

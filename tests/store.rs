@@ -374,7 +374,18 @@ fn every_fixture_round_trips_through_the_store() {
         // Repair closers may add tool results to the derived history.
         assert_eq!(&d[..derived.len()], &derived[..], "{id}");
     }
-    println!("store round trip: {} fixtures", expected.len());
+    let (mut bytes, mut jsonl_bytes) = (0, 0);
+    for (id, ..) in &expected {
+        let st = store.stats(id).unwrap();
+        bytes += st.bytes;
+        jsonl_bytes += st.jsonl_bytes;
+    }
+    let ratio = bytes as f64 / jsonl_bytes as f64;
+    println!(
+        "store round trip: {} fixtures, {bytes} B on disk for {jsonl_bytes} B of JSONL (ratio {ratio:.3})",
+        expected.len()
+    );
+    assert!(ratio <= 0.5, "bytes on disk {ratio:.3} x JSONL, target 0.5");
 }
 
 /// A long conversation: `n` user messages, one per turn.
