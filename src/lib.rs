@@ -18,6 +18,7 @@ pub mod fsutil;
 pub mod header;
 pub mod invariants;
 pub mod json;
+pub mod lineage;
 pub mod manifest;
 pub mod repair;
 pub mod segment;

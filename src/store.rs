@@ -23,6 +23,7 @@ use crate::derive::{DeriveCache, Message};
 use crate::event::{Event, OwnedEvent};
 use crate::fsutil;
 use crate::header::SessionHeader;
+use crate::lineage::Lineage;
 use crate::manifest::Manifest;
 use crate::segment::{self, ScanOptions, SegmentIdent, SegmentWriter, Tail};
 use crate::session::SessionState;
@@ -182,6 +183,8 @@ struct Seg {
 struct Session {
     header: SessionHeader,
     uid: [u8; 16],
+    /// Segments shared with an ancestor through a fork, and their owners.
+    lineage: Lineage,
     dir: PathBuf,
     state: SessionState,
     derive: DeriveCache,
@@ -195,6 +198,9 @@ struct Session {
     since_checkpoint: u64,
     dirty: bool,
     poisoned: bool,
+    /// A session declared with `create` and not yet in the catalog: its
+    /// first append publishes it.
+    unpublished: bool,
 }
 
 /// What a reader sees: the mapped segments and where the data lies.
@@ -435,7 +441,7 @@ impl Store {
         };
         let session = match entry {
             Some((header, uid)) => {
-                let (s, rec) = self.load_session(header, uid)?;
+                let (s, rec) = self.load_session(header, uid, true)?;
                 self.inner
                     .recoveries
                     .lock()
@@ -469,6 +475,7 @@ impl Store {
         let dir = self.session_dir(&header.id)?;
         Ok(Session {
             uid: new_uid(&header.id),
+            lineage: Lineage::default(),
             header,
             dir,
             state: SessionState::new(self.inner.options.strict),
@@ -482,6 +489,7 @@ impl Store {
             since_checkpoint: 0,
             dirty: false,
             poisoned: false,
+            unpublished: true,
         })
     }
 
@@ -558,8 +566,8 @@ impl Store {
             });
         }
         let first_seq = events[0].seq;
-        let first_append = s.writer.is_none() && s.segs.is_empty();
-        if first_append {
+        let first_append = s.unpublished;
+        if s.writer.is_none() && s.segs.is_empty() && !s.dir.exists() {
             fsutil::create_dir_private(&s.dir).map_err(io_at(&s.dir))?;
         }
         let full = s.writer.as_ref().is_some_and(|w| {
@@ -604,6 +612,7 @@ impl Store {
                 s.poisoned = true;
                 return Err(e);
             }
+            s.unpublished = false;
             self.inner.pending.lock().expect("pending lock").remove(&id);
         }
         // Index the batch: remap when the record lies past the mapping.
@@ -738,9 +747,21 @@ impl Store {
     /// Cost: O(segments) for the sealed segments the checkpoint covers (their
     /// footers are checked, not their records), plus O(records after the
     /// checkpoint).
-    fn load_session(&self, header: SessionHeader, uid: [u8; 16]) -> Result<(Session, Recovery)> {
+    fn load_session(
+        &self,
+        header: SessionHeader,
+        uid: [u8; 16],
+        repair: bool,
+    ) -> Result<(Session, Recovery)> {
         let mut s = self.new_session(header)?;
         s.uid = uid;
+        s.unpublished = false;
+        s.lineage = Lineage::read(&s.dir).map_err(|reason| Error::Corrupt {
+            session: s.header.id.clone(),
+            segment: s.dir.join(crate::lineage::LINEAGE_FILE),
+            offset: 0,
+            reason,
+        })?;
         let id = s.header.id.clone();
         let mut rec = Recovery::default();
         let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(&s.dir)
@@ -752,9 +773,11 @@ impl Store {
             })
             .collect();
         files.sort();
+        let store_id = self.inner.store_id;
+        let lineage = s.lineage.clone();
         let ident_of = |first_seq| SegmentIdent {
-            store_id: self.inner.store_id,
-            session_uid: uid,
+            store_id,
+            session_uid: lineage.owner(first_seq).unwrap_or(uid),
             first_seq,
         };
         let maps: Vec<Arc<Mmap>> = files
@@ -926,7 +949,11 @@ impl Store {
                 .map_err(|e| segment_error(&id, &path, e))?;
             s.writer = Some(w);
         }
-        let closers = s.state.closers();
+        let closers = if repair {
+            s.state.closers()
+        } else {
+            Vec::new()
+        };
         if !closers.is_empty() {
             rec.closers = closers.len() as u64;
             self.append_locked(&mut s, &closers)?;
@@ -952,10 +979,18 @@ impl Store {
     pub fn read_from(&self, id: &str, seq: u64) -> Result<Vec<OwnedEvent>> {
         let session = self.session(id)?;
         let s = session.lock().expect("session lock");
-        self.read_from_locked(&s, id, seq)
+        self.read_from_locked(&s, id, seq, u64::MAX)
     }
 
-    fn read_from_locked(&self, s: &Session, id: &str, seq: u64) -> Result<Vec<OwnedEvent>> {
+    /// The events with seqs in `seq..until`, decoding only the batches that
+    /// hold them.
+    fn read_from_locked(
+        &self,
+        s: &Session,
+        id: &str,
+        seq: u64,
+        until: u64,
+    ) -> Result<Vec<OwnedEvent>> {
         let start = s
             .batches
             .partition_point(|b| b.first_seq <= seq)
@@ -965,7 +1000,12 @@ impl Store {
         if self.inner.read_only {
             closers = s.state.closers();
         }
-        for b in s.batches.iter().skip(start) {
+        for b in s
+            .batches
+            .iter()
+            .skip(start)
+            .take_while(|b| b.first_seq < until)
+        {
             let seg = s
                 .segs
                 .iter()
@@ -988,11 +1028,15 @@ impl Store {
             out.extend(
                 events
                     .into_iter()
-                    .filter(|e| e.seq >= seq)
+                    .filter(|e| e.seq >= seq && e.seq < until)
                     .map(Event::into_owned),
             );
         }
-        out.extend(closers.into_iter().filter(|e| e.seq >= seq));
+        out.extend(
+            closers
+                .into_iter()
+                .filter(|e| e.seq >= seq && e.seq < until),
+        );
         Ok(out)
     }
 
@@ -1033,24 +1077,120 @@ impl Store {
     /// Forks `source` at `at` events into a new session `child`: the child
     /// header names `parentSession` and `seedLength`, and `session/end-seed`
     /// is appended unless the seed already ends with one.
+    ///
+    /// The parent's sealed segments that lie wholly inside the seed are
+    /// hard-linked, not copied (their owner is recorded in the child's
+    /// `LINEAGE`); only the rest of the seed is written again. The child
+    /// appears in the catalog only once it is complete and durable: a crash
+    /// before leaves an orphan directory that the next open removes.
     pub fn fork(&self, source: &str, at: u64, child: SessionHeader) -> Result<()> {
         self.writable()?;
-        let (_, events) = self.load(source)?;
-        let at = at.min(events.len() as u64);
-        let seed: Vec<OwnedEvent> = events.into_iter().take(at as usize).collect();
         let mut header = child;
+        let id = header.id.clone();
+        if self.exists(&id)
+            || self
+                .inner
+                .pending
+                .lock()
+                .expect("pending lock")
+                .contains_key(&id)
+        {
+            return Err(Error::Exists(id));
+        }
+        let child_dir = self.session_dir(&id)?;
+        let parent = self.session(source)?;
+        let p = parent.lock().expect("session lock");
+        let at = at.min(p.state.next_seq());
         header.parent_session = Some(source.to_owned());
         header.seed_length = Some(at);
-        let id = header.id.clone();
-        self.create(header)?;
-        let mut batch = seed;
-        if batch.last().is_none_or(|e| e.kind != "session/end-seed") {
-            let time = batch.last().map_or(0, |e| e.time);
-            batch.push(OwnedEvent::new("session/end-seed", at, time, "{}").expect("valid JSON"));
+
+        // The shareable prefix: sealed segments that end inside the seed.
+        let mut shared = Vec::new();
+        let mut shared_end = 0;
+        for (i, seg) in p.segs.iter().enumerate() {
+            let sealed = i + 1 < p.segs.len() || p.writer.is_none();
+            if !sealed {
+                break;
+            }
+            let footer = segment::verify_footer(&seg.map)
+                .map_err(|e| segment_error(source, &seg.path, e))?;
+            if footer.last_seq >= at {
+                break;
+            }
+            shared.push((
+                seg.first_seq,
+                p.lineage.owner(seg.first_seq).unwrap_or(p.uid),
+                seg.path.clone(),
+            ));
+            shared_end = footer.last_seq + 1;
         }
-        for chunk in batch.chunks(4096) {
-            self.append(&id, chunk)?;
+        let mut rest = self.read_from_locked(&p, source, shared_end, at)?;
+        let ends_with_seed_marker = match rest.last() {
+            Some(e) => e.kind == "session/end-seed",
+            None if at > 0 => {
+                self.read_from_locked(&p, source, at - 1, at)?[0].kind == "session/end-seed"
+            }
+            None => false,
+        };
+        drop(p);
+        if !ends_with_seed_marker {
+            let time = rest.last().map(|e| e.time).unwrap_or(0);
+            rest.push(OwnedEvent::new("session/end-seed", at, time, "{}").expect("valid JSON"));
         }
+
+        if child_dir.exists() {
+            return Err(Error::Exists(id));
+        }
+        fsutil::create_dir_private(&child_dir).map_err(io_at(&child_dir))?;
+        if !shared.is_empty() {
+            // The lineage must be durable before the links it vouches for.
+            Lineage::new(shared.iter().map(|(f, uid, _)| (*f, *uid)).collect())
+                .write(&child_dir)
+                .map_err(io_at(&child_dir))?;
+            for (first_seq, _, path) in &shared {
+                let link = child_dir.join(segment::segment_file_name(*first_seq));
+                std::fs::hard_link(path, &link).map_err(io_at(&link))?;
+            }
+            fsutil::sync_dir(&child_dir).map_err(io_at(&child_dir))?;
+        }
+        let uid = new_uid(&id);
+        let (mut c, _) = self.load_session(header.clone(), uid, false)?;
+        c.unpublished = false; // published below, once the whole seed is durable
+        let mut start = 0;
+        while start < rest.len() {
+            // Batches of bounded size, so none passes the record limit.
+            let mut end = start;
+            let mut bytes = 0;
+            while end < rest.len()
+                && (end == start || bytes < (self.inner.options.max_record as usize) / 4)
+            {
+                bytes += rest[end].data.get().len() + 64;
+                end += 1;
+            }
+            self.append_locked(&mut c, &rest[start..end])?;
+            start = end;
+        }
+        if let Some(w) = &c.writer {
+            w.sync().map_err(|e| Error::Io {
+                path: c.dir.clone(),
+                source: e,
+            })?;
+        }
+        c.dirty = false;
+        let sessions_dir = self.inner.dir.join(SESSIONS_DIR);
+        fsutil::sync_dir(&child_dir).map_err(io_at(&child_dir))?;
+        fsutil::sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
+        self.inner
+            .catalog
+            .lock()
+            .expect("catalog lock")
+            .put(header, uid)
+            .map_err(|e| Error::Store(e.to_string()))?;
+        self.inner
+            .sessions
+            .write()
+            .expect("sessions lock")
+            .insert(id, Arc::new(Mutex::new(c)));
         Ok(())
     }
 
@@ -1100,7 +1240,7 @@ impl Store {
         for (i, seg) in s.segs.iter().enumerate() {
             let ident = SegmentIdent {
                 store_id: self.inner.store_id,
-                session_uid: s.uid,
+                session_uid: s.lineage.owner(seg.first_seq).unwrap_or(s.uid),
                 first_seq: seg.first_seq,
             };
             // Read the file afresh: the check is of what is on disk.
@@ -1171,7 +1311,7 @@ impl Store {
                 _ => seg.map.len() as u64,
             };
         }
-        let events = self.read_from_locked(&s, id, 0)?;
+        let events = self.read_from_locked(&s, id, 0, u64::MAX)?;
         let mut jsonl_bytes = 0u64;
         let mut buf = Vec::new();
         for e in &events {
@@ -1212,7 +1352,7 @@ impl Store {
         }
         let recovered = self.recovery(id).map_or(0, |r| r.closers);
         let from = s.state.next_seq().saturating_sub(recovered);
-        self.read_from_locked(&s, id, from)
+        self.read_from_locked(&s, id, from, u64::MAX)
     }
 
     /// Makes every append durable and writes checkpoints.

@@ -556,3 +556,86 @@ fn appends_from_many_threads_to_many_sessions() {
         assert_eq!(store.load(&h.id).unwrap().1, log, "{}", h.id);
     }
 }
+
+#[test]
+fn fork_hard_links_sealed_segments_and_survives_the_parent() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || Options {
+        segment_size: 4096,
+        ..small_opts()
+    };
+    let log = long_log(80);
+    let store = Store::open(dir.path(), opts()).unwrap();
+    store.create(SessionHeader::new("parent", 0)).unwrap();
+    for batch in log.chunks(3) {
+        store.append("parent", batch).unwrap();
+    }
+    let at = 201; // a turn boundary: the seed is balanced
+    store
+        .fork("parent", at, SessionHeader::new("child", 1))
+        .unwrap();
+    let (h, events) = store.load("child").unwrap();
+    assert_eq!(
+        (h.parent_session.as_deref(), h.seed_length),
+        (Some("parent"), Some(at))
+    );
+    assert_eq!(&events[..at as usize], &log[..at as usize]);
+    assert_eq!(events.len() as u64, at + 1);
+    assert_eq!(events[at as usize].kind, "session/end-seed");
+
+    // The first sealed segment is the same file in both sessions.
+    let sessions = dir.path().join("sessions");
+    let first = "00000000000000000000.seg";
+    let (p, c) = (
+        sessions.join("parent").join(first),
+        sessions.join("child").join(first),
+    );
+    assert_eq!(
+        std::fs::metadata(&p).unwrap().ino(),
+        std::fs::metadata(&c).unwrap().ino()
+    );
+    assert!(sessions.join("child/LINEAGE").exists());
+
+    store.delete("parent").unwrap();
+    store.close().unwrap();
+    let store = Store::open(dir.path(), opts()).unwrap();
+    let reopened = store.load("child").unwrap().1;
+    assert_eq!(
+        reopened.len(),
+        events.len(),
+        "{:?} {:?}",
+        store.recovery("child"),
+        reopened.last().map(|e| e.to_json())
+    );
+    for (a, b) in reopened.iter().zip(&events) {
+        assert_eq!(a, b);
+    }
+    assert_eq!(store.verify("child").unwrap().events, at + 1);
+    // The child appends on its own.
+    let next = ev(&format!(
+        r#"{{"type":"session/title","seq":{},"time":9,"data":{{"title":"t"}}}}"#,
+        at + 1
+    ));
+    store.append("child", &[next]).unwrap();
+    assert_eq!(store.load("child").unwrap().1.len() as u64, at + 2);
+}
+
+#[test]
+fn a_fork_interrupted_before_its_catalog_record_leaves_no_session() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path(), small_opts()).unwrap();
+        store.create(SessionHeader::new("p", 0)).unwrap();
+        store.append("p", &turn_log()).unwrap();
+    }
+    // What a crash mid-fork leaves: a directory the catalog does not name.
+    let orphan = dir.path().join("sessions").join("c");
+    std::fs::create_dir(&orphan).unwrap();
+    std::fs::write(orphan.join("00000000000000000000.seg"), b"partial").unwrap();
+    let store = Store::open(dir.path(), small_opts()).unwrap();
+    assert!(!orphan.exists(), "the orphan directory is removed at open");
+    assert_eq!(store.list().len(), 1);
+    store.fork("p", 3, SessionHeader::new("c", 0)).unwrap();
+    assert_eq!(store.load("c").unwrap().1.len(), 4);
+}
