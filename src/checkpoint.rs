@@ -235,7 +235,8 @@ mod tests {
     #[test]
     fn other_versions_are_refused_by_name() {
         let mut b = encode(&body());
-        b[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let other = CHECKPOINT_VERSION + 1;
+        b[8..12].copy_from_slice(&other.to_le_bytes());
         let crc = crc32fast::hash(&b[..24]);
         b[24..28].copy_from_slice(&crc.to_le_bytes());
         let e = decode(&b).unwrap_err();
