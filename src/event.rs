@@ -187,6 +187,17 @@ impl<'a> Event<'a> {
                 format!("time {} is not a safe integer", self.time),
             ));
         }
+        // Events built in code carry a RawValue, which accepts numbers
+        // JSON.parse would read as Infinity; JSON input was checked at parse.
+        if let Cow::Owned(data) = &self.data {
+            json::check_finite_numbers(data.get()).map_err(|why| {
+                Violation::at(
+                    seq,
+                    Rule::Json,
+                    format!("data of {} is not plain JSON: {why}", self.kind),
+                )
+            })?;
+        }
         check_eligibility(
             &self.kind,
             seq,

@@ -34,6 +34,7 @@ use rustc_hash::FxHashMap;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -117,10 +118,12 @@ pub enum Error {
         reason: String,
     },
     /// A batch broke a rule of the session model; nothing was stored.
-    #[error("session {session:?}: batch rejected: {violation}")]
+    #[error("session {session:?}: batch rejected at {event_type} {violation}")]
     Rejected {
         /// The session id.
         session: String,
+        /// The type of the offending event.
+        event_type: String,
         /// The rule, seq and reason.
         violation: Violation,
     },
@@ -333,6 +336,7 @@ impl Store {
                 .create(true)
                 .truncate(false)
                 .write(true)
+                .mode(fsutil::FILE_MODE)
                 .open(&path)
                 .map_err(io_at(&path))?;
             match f.try_lock() {
@@ -529,10 +533,7 @@ impl Store {
         let undo = s
             .state
             .append_batch_undoable(events, &snapshot)
-            .map_err(|violation| Error::Rejected {
-                session: id.clone(),
-                violation,
-            })?;
+            .map_err(|violation| rejected(&id, events, violation))?;
         if let Err(e) = self.write_batch(s, events) {
             s.state.revert(undo);
             return Err(e);
@@ -1050,10 +1051,7 @@ impl Store {
             let closers = state.closers();
             state
                 .append_batch(&closers, &snap)
-                .map_err(|v| Error::Rejected {
-                    session: id.to_owned(),
-                    violation: v,
-                })?;
+                .map_err(|v| rejected(id, &closers, v))?;
             return Ok(state.surface().clone());
         }
         Ok(s.state.surface().clone())
@@ -1491,6 +1489,20 @@ impl Session {
             segs: self.segs.clone(),
             node_locs: self.node_locs.clone(),
         }
+    }
+}
+
+/// A rejection naming the session and the offending event's type and seq.
+fn rejected(session: &str, batch: &[Event<'_>], violation: Violation) -> Error {
+    let event_type = violation
+        .seq()
+        .and_then(|seq| batch.iter().find(|e| e.seq == seq))
+        .or(batch.first())
+        .map_or_else(String::new, |e| e.kind.to_string());
+    Error::Rejected {
+        session: session.to_owned(),
+        event_type,
+        violation,
     }
 }
 

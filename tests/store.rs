@@ -34,6 +34,39 @@ fn small_opts() -> Options {
 }
 
 #[test]
+fn the_store_is_send_and_sync() {
+    fn shared<T: Send + Sync + Clone>() {}
+    shared::<Store>();
+}
+
+#[test]
+fn files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    let store = Store::open(&root, small_opts()).unwrap();
+    store.create(SessionHeader::new("s", 0)).unwrap();
+    store.append("s", &turn_log()).unwrap();
+    store.close().unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let mut stack = vec![root.clone()];
+    let mut seen = 0;
+    while let Some(p) = stack.pop() {
+        seen += 1;
+        if p.is_dir() {
+            assert_eq!(mode(&p), 0o700, "{}", p.display());
+            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            assert_eq!(mode(&p), 0o600, "{}", p.display());
+        }
+    }
+    assert!(
+        seen >= 7,
+        "store, LOCK, MANIFEST, CATALOG, sessions, s, segment, CHECKPOINT"
+    );
+}
+
+#[test]
 fn append_close_reopen_and_repair_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), small_opts()).unwrap();
@@ -76,7 +109,17 @@ fn bad_batches_are_rejected_whole_naming_seq_and_type() {
     store.create(SessionHeader::new("s", 0)).unwrap();
     let log = turn_log();
     let err = store.append("s", &log[1..3]).unwrap_err();
-    assert!(err.to_string().contains("seq=1 [contiguity]"), "{err}");
+    assert!(
+        err.to_string().contains("user/message seq=1 [contiguity]"),
+        "the error names the type and seq: {err}"
+    );
+    // Data that is not plain JSON (a number JSON.parse reads as Infinity).
+    let mut inf = log[0].clone();
+    inf.data = std::borrow::Cow::Owned(
+        serde_json::value::RawValue::from_string(r#"{"turn":1e999}"#.into()).unwrap(),
+    );
+    let err = store.append("s", &[inf]).unwrap_err();
+    assert!(err.to_string().contains("turn/start seq=0 [json]"), "{err}");
     assert!(
         store.list().is_empty(),
         "nothing stored, not even the session"
@@ -86,8 +129,13 @@ fn bad_batches_are_rejected_whole_naming_seq_and_type() {
     gap[1].seq = 9;
     let err = store.append("s", &gap).unwrap_err();
     match &err {
-        Error::Rejected { session, violation } => {
+        Error::Rejected {
+            session,
+            event_type,
+            violation,
+        } => {
             assert_eq!(session, "s");
+            assert_eq!(event_type, "assistant/message");
             assert_eq!(violation.seq(), Some(9));
         }
         other => panic!("unexpected {other}"),
