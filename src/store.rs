@@ -204,6 +204,9 @@ struct Session {
     /// A session declared with `create` and not yet in the catalog: its
     /// first append publishes it.
     unpublished: bool,
+    /// The committed end of the last, unsealed segment as found at load
+    /// (read-only stores have no writer to ask).
+    active_end: Option<u64>,
 }
 
 /// What a reader sees: the mapped segments and where the data lies.
@@ -494,6 +497,7 @@ impl Store {
             dirty: false,
             poisoned: false,
             unpublished: true,
+            active_end: None,
         })
     }
 
@@ -678,6 +682,7 @@ impl Store {
 
     fn roll_over(&self, s: &mut Session) -> Result<()> {
         let w = s.writer.take().expect("active segment");
+        s.active_end = None;
         let path = s.segs.last().expect("active").path.clone();
         if !self.sync_session_writer(s, &w, &path) {
             return Err(Error::Poisoned(s.header.id.clone()));
@@ -918,6 +923,7 @@ impl Store {
                             .map_err(|e| segment_error(&id, path, e))?;
                     }
                 } else {
+                    s.active_end = Some(scan.valid_end.max(segment::HEADER_LEN as u64));
                     active = Some((ident, path.clone(), scan));
                 }
             } else {
@@ -1303,13 +1309,18 @@ impl Store {
         let s = session.lock().expect("session lock");
         let mut bytes = 0;
         for (i, seg) in s.segs.iter().enumerate() {
-            let active = i + 1 == s.segs.len() && s.writer.is_some();
-            bytes += match (&s.writer, active) {
-                (Some(w), true) => w.len(),
+            let last = i + 1 == s.segs.len();
+            // The active segment counts up to its committed end: its
+            // preallocated zeros are not data.
+            bytes += match (&s.writer, last, s.active_end) {
+                (Some(w), true, _) => w.len(),
+                (None, true, Some(end)) => end,
                 _ => seg.map.len() as u64,
             };
         }
-        let events = self.read_from_locked(&s, id, 0, u64::MAX)?;
+        // Stored events only: a read-only view's synthesised closers are not
+        // on disk.
+        let events = self.read_from_locked(&s, id, 0, s.state.next_seq())?;
         let mut jsonl_bytes = 0u64;
         let mut buf = Vec::new();
         for e in &events {

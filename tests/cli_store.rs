@@ -1,0 +1,666 @@
+//! Store mode of the CLI (`sessionlog --store DIR ...`), run as a process.
+//!
+//! Most tests use small sessions written here. The fixture test imports real
+//! harness logs from `../shared/fixtures/harness-jsonl/` and checks that the
+//! store prints what file mode prints for the same file; it says so loudly and
+//! skips when the fixtures are absent, unless `SESSIONLOG_REQUIRE_FIXTURES`
+//! is set (then their absence fails).
+
+use serde_json::Value;
+use sessionlog::json::value_eq;
+use sessionlog::store::{Options, Store};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What a run of the CLI produced.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs the CLI with `SESSIONLOG_STORE` unset (file mode unless `--store`).
+fn cli(args: &[&str]) -> Run {
+    run(Command::new(env!("CARGO_BIN_EXE_sessionlog"))
+        .env_remove("SESSIONLOG_STORE")
+        .args(args))
+}
+
+/// Runs the CLI in store mode on `store`.
+fn sl(store: &Path, args: &[&str]) -> Run {
+    let mut all = vec!["--store", store.to_str().expect("UTF-8 path")];
+    all.extend_from_slice(args);
+    cli(&all)
+}
+
+fn run(cmd: &mut Command) -> Run {
+    let out = cmd.output().expect("run sessionlog");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).expect("UTF-8 stdout"),
+        stderr: String::from_utf8(out.stderr).expect("UTF-8 stderr"),
+    }
+}
+
+/// Runs and requires exit 0; returns stdout.
+fn ok(store: &Path, args: &[&str]) -> String {
+    let r = sl(store, args);
+    assert_eq!(
+        r.code, 0,
+        "sessionlog {args:?} exited {}: {}",
+        r.code, r.stderr
+    );
+    r.stdout
+}
+
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect()
+}
+
+fn assert_values_eq(what: &str, got: &[Value], want: &[Value]) {
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: {} values, expected {}",
+        got.len(),
+        want.len()
+    );
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            value_eq(g, w),
+            "{what}: value {i} differs:\n  got      {g}\n  expected {w}"
+        );
+    }
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
+
+const HEADER: &str = r#"{"type":"session","version":0,"id":"s1","createdAt":1000,"cwd":"/w"}"#;
+
+/// A balanced session: one turn, one step, one assistant message.
+const BALANCED: [&str; 6] = [
+    r#"{"type":"user/message","seq":0,"time":1001,"data":{"content":[{"type":"text","text":"hi"}],"source":{"kind":"user"},"role":"user","id":"u1"},"surfaceOp":"append"}"#,
+    r#"{"type":"turn/start","seq":1,"time":1002,"data":{"turn":1}}"#,
+    r#"{"type":"step/start","seq":2,"time":1003,"data":{"turn":1,"step":1}}"#,
+    r#"{"type":"assistant/message","seq":3,"time":1004,"data":{"turn":1,"step":1,"message":{"role":"assistant","content":[{"type":"text","text":"hello"}],"source":{"kind":"model"},"id":"a1"}},"surfaceOp":"append"}"#,
+    r#"{"type":"step/end","seq":4,"time":1005,"data":{"turn":1,"step":1}}"#,
+    r#"{"type":"turn/end","seq":5,"time":1006,"data":{"turn":1,"reason":{"kind":"completed"}}}"#,
+];
+
+/// A session whose turn was interrupted with a tool call pending.
+const OPEN: [&str; 4] = [
+    r#"{"type":"turn/start","seq":0,"time":2001,"data":{"turn":1}}"#,
+    r#"{"type":"step/start","seq":1,"time":2002,"data":{"turn":1,"step":1}}"#,
+    r#"{"type":"assistant/message","seq":2,"time":2003,"data":{"turn":1,"step":1,"message":{"role":"assistant","content":[{"type":"tool-call","id":"c1","name":"bash","arguments":"{}"}],"source":{"kind":"model"},"id":"a2"}},"surfaceOp":"append"}"#,
+    r#"{"type":"tool/call","seq":3,"time":2004,"data":{"turn":1,"step":1,"callId":"c1","name":"bash","arguments":"{}"}}"#,
+];
+
+/// Writes a session file: the header (with `id`), then the lines.
+fn write_session(dir: &Path, name: &str, id: &str, lines: &[&str]) -> PathBuf {
+    let mut text = HEADER.replace("\"s1\"", &format!("{id:?}"));
+    text.push('\n');
+    for l in lines {
+        text.push_str(l);
+        text.push('\n');
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write session file");
+    path
+}
+
+/// The segment files of every session in the store.
+fn segment_files(store: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for d in std::fs::read_dir(store.join("sessions")).expect("sessions dir") {
+        let d = d.expect("entry").path();
+        for f in std::fs::read_dir(&d).expect("session dir") {
+            let f = f.expect("entry").path();
+            if f.extension().is_some_and(|e| e == "seg") {
+                out.push(f);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn import_cat_matches_file_mode_and_rm_removes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), "s1.jsonl", "s1", &BALANCED);
+    let store = tmp.path().join("store");
+    let out = ok(&store, &["import", path_str(&file)]);
+    assert_eq!(out, "imported s1: 6 events (0 closers)\n");
+
+    let file_cat = cli(&["cat", path_str(&file)]);
+    assert_eq!(file_cat.code, 0);
+    let got = ok(&store, &["cat", "s1"]);
+    assert_values_eq("cat", &json_lines(&got), &json_lines(&file_cat.stdout));
+    // --from keeps the header and starts the events at the seq.
+    let from = json_lines(&ok(&store, &["cat", "s1", "--from", "4"]));
+    assert_eq!(from.len(), 3);
+    assert_eq!(from[0]["type"], "session");
+    assert_eq!(from[1]["seq"], 4);
+
+    for cmd in ["surface", "derive"] {
+        let want = cli(&[cmd, path_str(&file)]);
+        assert_eq!(want.code, 0);
+        assert_values_eq(
+            cmd,
+            &json_lines(&ok(&store, &[cmd, "s1"])),
+            &json_lines(&want.stdout),
+        );
+    }
+
+    assert_eq!(ok(&store, &["ls"]), "s1\t1000\t-\n");
+    assert_eq!(ok(&store, &["rm", "s1"]), "removed s1\n");
+    assert_eq!(ok(&store, &["ls"]), "");
+    let r = sl(&store, &["cat", "s1"]);
+    assert_eq!(r.code, 1, "a removed session is not found");
+    assert!(r.stderr.contains("does not exist"), "{}", r.stderr);
+    assert_eq!(sl(&store, &["rm", "s1"]).code, 1);
+}
+
+#[test]
+fn store_from_environment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), "s1.jsonl", "s1", &BALANCED);
+    let store = tmp.path().join("envstore");
+    let env_run = |args: &[&str]| {
+        run(Command::new(env!("CARGO_BIN_EXE_sessionlog"))
+            .env("SESSIONLOG_STORE", &store)
+            .args(args))
+    };
+    let r = env_run(&["import", path_str(&file)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(store.join("sessions").is_dir(), "the store is the env's");
+    let r = env_run(&["ls"]);
+    assert_eq!((r.code, r.stdout.as_str()), (0, "s1\t1000\t-\n"));
+    // --store wins over the environment.
+    let other = tmp.path().join("other");
+    ok(&other, &["import", path_str(&file)]);
+    ok(&other, &["rm", "s1"]);
+    assert_eq!(env_run(&["ls"]).stdout, "s1\t1000\t-\n");
+}
+
+#[test]
+fn import_repairs_an_open_turn_and_reports_the_closers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), "open.jsonl", "open", &OPEN);
+    let closers = cli(&["repair", "--dry-run", path_str(&file)]);
+    assert_eq!(closers.code, 0);
+    let closers = json_lines(&closers.stdout);
+    assert_eq!(closers.len(), 3, "tool/result, step/end, turn/end");
+
+    let store = tmp.path().join("store");
+    let out = ok(&store, &["import", path_str(&file)]);
+    assert_eq!(out, "imported open: 4 events (3 closers)\n");
+    let mut want = json_lines(&cli(&["cat", path_str(&file)]).stdout);
+    want.extend(closers);
+    assert_values_eq("cat", &json_lines(&ok(&store, &["cat", "open"])), &want);
+    // Balanced now: nothing to repair, nothing would be.
+    assert_eq!(ok(&store, &["repair", "--dry-run", "open"]), "");
+    assert_eq!(ok(&store, &["repair", "open"]), "");
+}
+
+#[test]
+fn repair_closes_a_stored_open_turn_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    let file = write_session(tmp.path(), "open.jsonl", "open", &OPEN);
+    {
+        // A writer that crashed mid-turn: the events are stored, no closers.
+        let store = Store::open(&dir, Options::default()).unwrap();
+        let bytes = std::fs::read(&file).unwrap();
+        let s = sessionlog::adapters::jsonl::read_session(&bytes, false).unwrap();
+        store.create(s.header.header.clone()).unwrap();
+        store.append("open", &s.events).unwrap();
+        store.close().unwrap();
+    }
+    let want = json_lines(&cli(&["repair", "--dry-run", path_str(&file)]).stdout);
+    assert_eq!(want.len(), 3);
+    // Inspection shows the closers and writes nothing.
+    let dry = json_lines(&ok(&dir, &["repair", "--dry-run", "open"]));
+    assert_values_eq("repair --dry-run", &dry, &want);
+    assert_values_eq(
+        "repair --dry-run again",
+        &json_lines(&ok(&dir, &["repair", "--dry-run", "open"])),
+        &want,
+    );
+    // Repair appends them, once.
+    assert_values_eq("repair", &json_lines(&ok(&dir, &["repair", "open"])), &want);
+    assert_eq!(ok(&dir, &["repair", "open"]), "");
+    let cat = json_lines(&ok(&dir, &["cat", "open"]));
+    assert_eq!(cat.len(), 1 + 4 + 3);
+    assert_values_eq("tail of cat", &cat[5..], &want);
+    assert!(ok(&dir, &["verify", "open"]).starts_with("OK open events=7 "));
+}
+
+#[test]
+fn fork_seeds_a_child_that_ends_with_end_seed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), "s1.jsonl", "s1", &BALANCED);
+    let store = tmp.path().join("store");
+    ok(&store, &["import", path_str(&file)]);
+
+    assert_eq!(
+        ok(&store, &["fork", "s1", "kid"]),
+        "forked kid from s1 at 6\n"
+    );
+    let cat = json_lines(&ok(&store, &["cat", "kid"]));
+    let h = &cat[0];
+    assert_eq!(h["id"], "kid");
+    assert_eq!(h["parentSession"], "s1");
+    assert_eq!(h["seedLength"], 6);
+    assert_eq!(h["cwd"], "/w", "cwd is the parent's");
+    assert!(h["createdAt"].as_u64().unwrap() > 1000, "createdAt is now");
+    assert_eq!(cat.len(), 1 + 6 + 1);
+    let parent = json_lines(&ok(&store, &["cat", "s1"]));
+    assert_values_eq("seed", &cat[1..7], &parent[1..]);
+    let last = cat.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["seq"]),
+        (&"session/end-seed".into(), &6.into())
+    );
+
+    assert_eq!(
+        ok(&store, &["fork", "s1", "short", "--at", "1"]),
+        "forked short from s1 at 1\n"
+    );
+    let short = json_lines(&ok(&store, &["cat", "short"]));
+    assert_eq!(short[0]["seedLength"], 1);
+    assert_eq!(short.len(), 1 + 1 + 1);
+    assert_eq!(short[2]["type"], "session/end-seed");
+
+    let ls = ok(&store, &["ls"]);
+    let lines: Vec<&str> = ls.lines().collect();
+    assert_eq!(lines.len(), 3, "{ls}");
+    assert!(
+        lines[0].starts_with("kid\t") && lines[0].ends_with("\ts1"),
+        "{ls}"
+    );
+    assert_eq!(lines[1], "s1\t1000\t-");
+
+    let r = sl(&store, &["fork", "s1", "kid"]);
+    assert_eq!(r.code, 1, "the child exists: {}", r.stderr);
+    assert!(r.stderr.contains("already exists"), "{}", r.stderr);
+    let r = sl(&store, &["fork", "s1", "far", "--at", "7"]);
+    assert_eq!(r.code, 1, "past the end: {}", r.stderr);
+    let r = sl(&store, &["fork", "nope", "x"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("nope"), "{}", r.stderr);
+}
+
+#[test]
+fn verify_reports_a_flipped_byte_naming_the_segment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = write_session(tmp.path(), "a.jsonl", "a", &BALANCED);
+    let b = write_session(tmp.path(), "b.jsonl", "b", &BALANCED);
+    let store = tmp.path().join("store");
+    ok(&store, &["import", path_str(&a)]);
+    let out = ok(&store, &["verify"]);
+    assert!(out.starts_with("OK a events=6 segments=1 bytes="), "{out}");
+    let segs = segment_files(&store);
+    assert_eq!(segs.len(), 1);
+    let seg = &segs[0];
+    assert_eq!(seg.file_name().unwrap(), "00000000000000000000.seg");
+    ok(&store, &["import", path_str(&b)]);
+    assert_eq!(ok(&store, &["verify"]).lines().count(), 2);
+
+    // Offset 100 is well inside the first record (the header is 64 bytes).
+    let mut bytes = std::fs::read(seg).unwrap();
+    bytes[100] ^= 0x55;
+    std::fs::write(seg, &bytes).unwrap();
+
+    let r = sl(&store, &["verify", "a"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains(path_str(seg)),
+        "the error names the segment file: {}",
+        r.stderr
+    );
+    // All sessions: the damaged one fails, the other is still checked.
+    let r = sl(&store, &["verify"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stdout.contains("FAIL a"), "{}", r.stdout);
+    assert!(r.stdout.contains("OK b events=6"), "{}", r.stdout);
+    assert!(
+        r.stderr.contains("00000000000000000000.seg"),
+        "{}",
+        r.stderr
+    );
+    // Reading it is refused too.
+    assert_eq!(sl(&store, &["cat", "a"]).code, 1);
+}
+
+#[test]
+fn readers_work_while_a_writer_holds_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), "s1.jsonl", "s1", &BALANCED);
+    let dir = tmp.path().join("store");
+    ok(&dir, &["import", path_str(&file)]);
+
+    let writer = Store::open(&dir, Options::default()).unwrap();
+    assert_eq!(ok(&dir, &["ls"]), "s1\t1000\t-\n");
+    assert_eq!(json_lines(&ok(&dir, &["cat", "s1"])).len(), 7);
+    assert!(ok(&dir, &["verify"]).starts_with("OK s1 "));
+    assert!(ok(&dir, &["stats", "s1"]).starts_with("s1 events=6 "));
+    for args in [
+        &["rm", "s1"][..],
+        &["repair", "s1"],
+        &["fork", "s1", "kid"],
+        &["import", path_str(&file)],
+    ] {
+        let r = sl(&dir, args);
+        assert_eq!(r.code, 3, "{args:?} while locked: {}", r.stderr);
+        assert!(
+            r.stderr.contains(path_str(&dir.join("LOCK"))),
+            "{args:?}: the message names the lock file: {}",
+            r.stderr
+        );
+    }
+    writer.close().unwrap();
+    ok(&dir, &["rm", "s1"]);
+    assert_eq!(ok(&dir, &["ls"]), "");
+}
+
+#[test]
+fn import_of_a_bad_file_fails_and_stores_nothing_of_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = write_session(tmp.path(), "good.jsonl", "good", &BALANCED);
+    let mut lines = BALANCED.to_vec();
+    // seq 1 breaks a rule: turn/start cannot carry surfaceOp.
+    lines[1] =
+        r#"{"type":"turn/start","seq":1,"time":1002,"data":{"turn":1},"surfaceOp":"append"}"#;
+    let bad = write_session(tmp.path(), "bad.jsonl", "bad", &lines);
+    let store = tmp.path().join("store");
+    let r = sl(&store, &["import", path_str(&bad), path_str(&good)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("bad.jsonl")
+            && r.stderr.contains("seq=1")
+            && r.stderr.contains("[eligibility]"),
+        "the error names file, seq and rule: {}",
+        r.stderr
+    );
+    assert_eq!(r.stdout, "imported good: 6 events (0 closers)\n");
+    assert_eq!(ok(&store, &["ls"]), "good\t1000\t-\n");
+    assert_eq!(sl(&store, &["cat", "bad"]).code, 1);
+
+    // An id that is already stored is an error; the stored one is untouched.
+    let again = write_session(tmp.path(), "again.jsonl", "good", &BALANCED[..2]);
+    let r = sl(&store, &["import", path_str(&again)]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("already exists"), "{}", r.stderr);
+    assert_eq!(json_lines(&ok(&store, &["cat", "good"])).len(), 7);
+    // ... unless it is imported under another id.
+    let out = ok(&store, &["import", "--id", "good2", path_str(&again)]);
+    assert_eq!(out, "imported good2: 2 events (1 closers)\n");
+    assert_eq!(json_lines(&ok(&store, &["cat", "good2"]))[0]["id"], "good2");
+}
+
+#[test]
+fn import_drops_a_torn_tail_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), "torn.jsonl", "torn", &BALANCED);
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes.extend_from_slice(br#"{"type":"turn/start","seq":6,"ti"#);
+    std::fs::write(&file, bytes).unwrap();
+    let store = tmp.path().join("store");
+    let r = sl(&store, &["import", path_str(&file)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout, "imported torn: 6 events (0 closers)\n");
+    assert!(
+        r.stderr.contains("torn.jsonl") && r.stderr.contains("torn tail"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(json_lines(&ok(&store, &["cat", "torn"])).len(), 7);
+}
+
+#[test]
+fn stats_counts_committed_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = write_session(tmp.path(), "a.jsonl", "a", &BALANCED);
+    let b = write_session(tmp.path(), "b.jsonl", "b", &BALANCED);
+    let store = tmp.path().join("store");
+    ok(&store, &["import", path_str(&a), path_str(&b)]);
+    let out = ok(&store, &["stats"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    let field = |line: &str, key: &str| -> String {
+        line.split(' ')
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+            .to_owned()
+    };
+    assert!(lines[0].starts_with("a "), "{out}");
+    assert!(lines[2].starts_with("total sessions=2 "), "{out}");
+    assert_eq!(field(lines[0], "events"), "6");
+    assert_eq!(field(lines[0], "segments"), "1");
+    assert_eq!(field(lines[2], "events"), "12");
+    let file_bytes = std::fs::read(&a).unwrap().len() as u64;
+    let bytes: u64 = field(lines[0], "bytes").parse().unwrap();
+    let jsonl: u64 = field(lines[0], "jsonl_bytes").parse().unwrap();
+    assert!(
+        jsonl > file_bytes / 2 && jsonl < file_bytes * 2,
+        "jsonl_bytes {jsonl} vs the file's {file_bytes}"
+    );
+    // Preallocated segment space is not data: a small session is small.
+    assert!(
+        bytes < 4 * jsonl,
+        "{bytes} bytes for {jsonl} bytes of JSONL: {out}"
+    );
+    let ratio: f64 = field(lines[0], "ratio").parse().unwrap();
+    assert!((ratio - bytes as f64 / jsonl as f64).abs() < 0.001, "{out}");
+    assert_eq!(
+        field(lines[2], "bytes").parse::<u64>().unwrap(),
+        bytes + field(lines[1], "bytes").parse::<u64>().unwrap()
+    );
+    let r = sl(&store, &["stats", "nope"]);
+    assert_eq!(r.code, 1);
+}
+
+#[test]
+fn usage_and_missing_store_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), "s1.jsonl", "s1", &BALANCED);
+    let store = tmp.path().join("store");
+    for args in [&["ls"][..], &["rm", "x"], &["verify"], &["import", "f"]] {
+        assert_eq!(cli(args).code, 2, "{args:?} without a store");
+    }
+    let r = sl(&store, &["check", path_str(&file)]);
+    assert_eq!(r.code, 2, "check is file mode: {}", r.stderr);
+    let r = sl(
+        &store,
+        &["import", "--id", "x", path_str(&file), path_str(&file)],
+    );
+    assert_eq!(r.code, 2, "--id with two files: {}", r.stderr);
+    assert_eq!(sl(&store, &["import"]).code, 2);
+    // No store there: readers and writers other than import do not create one.
+    assert_eq!(sl(&store, &["ls"]).code, 3);
+    assert_eq!(sl(&store, &["rm", "x"]).code, 3);
+    assert!(!store.exists());
+    // An unreadable file fails that file with an I/O error.
+    let r = sl(&store, &["import", "/nonexistent/x.jsonl"]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stderr.contains("/nonexistent/x.jsonl"), "{}", r.stderr);
+    // File mode is unchanged.
+    assert_eq!(cli(&["cat", path_str(&file)]).code, 0);
+    assert_eq!(cli(&["repair", path_str(&file)]).code, 2);
+}
+
+// ---------------------------------------------------------------------------
+// Real harness logs
+// ---------------------------------------------------------------------------
+
+fn fixtures() -> Option<PathBuf> {
+    let dir = std::env::var_os("SESSIONLOG_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures"));
+    if dir.join("harness-jsonl/MANIFEST.tsv").is_file() {
+        return Some(dir.join("harness-jsonl"));
+    }
+    assert!(
+        std::env::var_os("SESSIONLOG_REQUIRE_FIXTURES").is_none(),
+        "fixtures required but not found at {}",
+        dir.display()
+    );
+    eprintln!(
+        "SKIPPED: harness fixtures not found at {} (set SESSIONLOG_FIXTURES)",
+        dir.display()
+    );
+    None
+}
+
+/// Fixtures with distinct ids (`None`), or imported under a new id: packed
+/// rows, a replace op, the flat dialect, an open last turn, a header without
+/// `version`, a subagent child with `parentSession`.
+const FIXTURES: [(&str, Option<&str>); 6] = [
+    (
+        "examples__acp-agent__tests__snapshots__packed-chunks__session.jsonl",
+        None,
+    ),
+    (
+        "examples__headless-agent__tests__snapshots__compaction-recovery__session.jsonl",
+        Some("compaction"),
+    ),
+    (
+        "apps__web__tests__snapshots__fresh-round-trip__session.jsonl",
+        Some("fresh"),
+    ),
+    (
+        "packages__test-support__acp-snapshot__tests__fixtures__suite__pin-turn__session.jsonl",
+        None,
+    ),
+    (
+        "packages__test-support__acp-snapshot__tests__fixtures__record-suite__rec-child__session.jsonl",
+        None,
+    ),
+    (
+        "examples__acp-agent__tests__snapshots__advanced-toolchain__session.1.jsonl",
+        None,
+    ),
+];
+
+#[test]
+fn imported_fixtures_read_back_as_in_file_mode() {
+    let Some(fx) = fixtures() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let mut expected_ls = Vec::new();
+    for (name, new_id) in FIXTURES {
+        let path = fx.join(name);
+        let path = path_str(&path);
+        let file_cat = cli(&["cat", path]);
+        assert_eq!(file_cat.code, 0, "{name}: {}", file_cat.stderr);
+        let mut want = json_lines(&file_cat.stdout);
+        let closers = json_lines(&cli(&["repair", "--dry-run", path]).stdout);
+        let id = match new_id {
+            Some(id) => {
+                want[0]["id"] = id.into();
+                id.to_owned()
+            }
+            None => want[0]["id"].as_str().unwrap().to_owned(),
+        };
+        let mut args = vec!["import"];
+        if let Some(id) = new_id {
+            args.extend(["--id", id]);
+        }
+        args.push(path);
+        let out = ok(&store, &args);
+        assert_eq!(
+            out,
+            format!(
+                "imported {id}: {} events ({} closers)\n",
+                want.len() - 1,
+                closers.len()
+            ),
+            "{name}"
+        );
+        let events = want.len() - 1 + closers.len();
+        expected_ls.push(format!(
+            "{id}\t{}\t{}",
+            want[0]["createdAt"],
+            want[0]["parentSession"].as_str().unwrap_or("-")
+        ));
+
+        let balanced = closers.is_empty();
+        want.extend(closers);
+        assert_values_eq(
+            &format!("{name}: cat"),
+            &json_lines(&ok(&store, &["cat", &id])),
+            &want,
+        );
+        if balanced {
+            for cmd in ["surface", "derive"] {
+                assert_values_eq(
+                    &format!("{name}: {cmd}"),
+                    &json_lines(&ok(&store, &[cmd, &id])),
+                    &json_lines(&cli(&[cmd, path]).stdout),
+                );
+            }
+        }
+        let v = ok(&store, &["verify", &id]);
+        assert!(
+            v.starts_with(&format!("OK {id} events={events} ")),
+            "{name}: {v}"
+        );
+    }
+    assert!(
+        FIXTURES.iter().any(|(n, _)| n.contains("pin-turn")),
+        "one fixture has an open last turn"
+    );
+    expected_ls.sort();
+    let ls = ok(&store, &["ls"]);
+    assert_eq!(ls.lines().collect::<Vec<_>>(), expected_ls);
+    assert!(
+        ls.lines().any(|l| !l.ends_with("\t-")),
+        "a child lists its parent: {ls}"
+    );
+
+    // The header's id again: refused, nothing changes.
+    let again = fx.join(FIXTURES[0].0);
+    let r = sl(&store, &["import", path_str(&again)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(ok(&store, &["ls"]), ls);
+    // A file breaking a rule is not imported.
+    let bad = fx.join("apps__web__tests__snapshots__cordis-tool-round__session.jsonl");
+    let r = sl(&store, &["import", "--id", "cordis", path_str(&bad)]);
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr.contains("seq=87") && r.stderr.contains("[contiguity]"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(ok(&store, &["ls"]), ls);
+}
+
+#[test]
+fn a_failed_append_midway_leaves_no_half_imported_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The first event is appended; the second alone is larger than the
+    // store's record limit (64 MiB), so its append fails.
+    let blob = format!(
+        r#"{{"type":"custom/blob","seq":1,"time":1002,"data":{{"x":"{}"}}}}"#,
+        "a".repeat(65 << 20)
+    );
+    let file = write_session(tmp.path(), "big.jsonl", "big", &[BALANCED[0], &blob]);
+    let store = tmp.path().join("store");
+    let r = sl(&store, &["import", path_str(&file)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("big.jsonl") && r.stderr.contains("record limit"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(ok(&store, &["ls"]), "");
+    assert_eq!(sl(&store, &["cat", "big"]).code, 1);
+    let dirs = std::fs::read_dir(store.join("sessions")).unwrap().count();
+    assert_eq!(dirs, 0, "no session files are left");
+}
