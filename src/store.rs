@@ -590,13 +590,9 @@ impl Store {
         let loc = writer
             .append(first_seq, events.len() as u32, &payload)
             .map_err(|e| segment_error(&id, &path, e))?;
+        s.dirty = true;
         if opts.durability == Durability::Sync {
-            if let Err(e) = writer.sync() {
-                s.poisoned = true;
-                return Err(Error::Io { path, source: e });
-            }
-        } else {
-            s.dirty = true;
+            s.sync_now()?;
         }
         if first_append {
             // The session becomes visible only once its first batch is durable
@@ -681,12 +677,10 @@ impl Store {
     }
 
     fn roll_over(&self, s: &mut Session) -> Result<()> {
+        s.sync_if_dirty()?;
         let w = s.writer.take().expect("active segment");
         s.active_end = None;
         let path = s.segs.last().expect("active").path.clone();
-        if !self.sync_session_writer(s, &w, &path) {
-            return Err(Error::Poisoned(s.header.id.clone()));
-        }
         w.seal_auto()
             .map_err(|e| segment_error(&s.header.id, &path, e))?;
         let map = segment::map_sealed(&path).map_err(|e| segment_error(&s.header.id, &path, e))?;
@@ -694,34 +688,12 @@ impl Store {
         Ok(())
     }
 
-    fn sync_session_writer(&self, s: &mut Session, w: &SegmentWriter, _path: &Path) -> bool {
-        if s.dirty {
-            if w.sync().is_err() {
-                s.poisoned = true;
-                return false;
-            }
-            s.dirty = false;
-        }
-        true
-    }
-
     fn write_checkpoint(&self, s: &mut Session) -> Result<()> {
         let Some((segment_first_seq, last_record_offset, end_offset, crc)) = s.last_record else {
             return Ok(());
         };
         // A checkpoint only ever covers durable records.
-        if s.dirty
-            && let Some(w) = &s.writer
-        {
-            if let Err(e) = w.sync() {
-                s.poisoned = true;
-                return Err(Error::Io {
-                    path: s.dir.clone(),
-                    source: e,
-                });
-            }
-            s.dirty = false;
-        }
+        s.sync_if_dirty()?;
         let snapshot = s.snapshot();
         s.derive
             .update(s.state.surface(), &snapshot)
@@ -956,22 +928,22 @@ impl Store {
                 .map_err(|e| segment_error(&id, &path, e))?;
             s.writer = Some(w);
         }
-        let closers = if repair {
-            s.state.closers()
-        } else {
-            Vec::new()
-        };
-        if !closers.is_empty() {
-            rec.closers = closers.len() as u64;
-            self.append_locked(&mut s, &closers)?;
-            if let Some(w) = &s.writer {
-                w.sync().map_err(|e| Error::Io {
-                    path: s.dir.clone(),
-                    source: e,
-                })?;
-            }
+        if repair {
+            rec.closers = self.append_closers(&mut s)?.len() as u64;
         }
         Ok((s, rec))
+    }
+
+    /// Closes an interrupted last turn: appends the repair closers as one
+    /// batch and syncs it, whatever the durability mode. Returns them (empty
+    /// when the log is balanced).
+    fn append_closers(&self, s: &mut Session) -> Result<Vec<OwnedEvent>> {
+        let closers = s.state.closers();
+        if !closers.is_empty() {
+            self.append_locked(s, &closers)?;
+            s.sync_now()?;
+        }
+        Ok(closers)
     }
 
     /// The session's header and events.
@@ -1174,13 +1146,7 @@ impl Store {
             self.append_locked(&mut c, &rest[start..end])?;
             start = end;
         }
-        if let Some(w) = &c.writer {
-            w.sync().map_err(|e| Error::Io {
-                path: c.dir.clone(),
-                source: e,
-            })?;
-        }
-        c.dirty = false;
+        c.sync_now()?;
         let sessions_dir = self.inner.dir.join(SESSIONS_DIR);
         fsutil::sync_dir(&child_dir).map_err(io_at(&child_dir))?;
         fsutil::sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
@@ -1348,15 +1314,8 @@ impl Store {
         self.writable()?;
         let session = self.session(id)?;
         let mut s = session.lock().expect("session lock");
-        let closers = s.state.closers();
+        let closers = self.append_closers(&mut s)?;
         if !closers.is_empty() {
-            self.append_locked(&mut s, &closers)?;
-            if let Some(w) = &s.writer {
-                w.sync().map_err(|e| Error::Io {
-                    path: s.dir.clone(),
-                    source: e,
-                })?;
-            }
             return Ok(closers);
         }
         let recovered = self.recovery(id).map_or(0, |r| r.closers);
@@ -1412,20 +1371,9 @@ impl Inner {
                 first_error.get_or_insert(Error::Poisoned(s.header.id.clone()));
                 continue;
             }
-            if !s.dirty {
-                continue;
+            if let Err(e) = s.sync_if_dirty() {
+                first_error.get_or_insert(e);
             }
-            if let Some(w) = &s.writer
-                && let Err(e) = w.sync()
-            {
-                s.poisoned = true;
-                first_error.get_or_insert(Error::Io {
-                    path: s.dir.clone(),
-                    source: e,
-                });
-                continue;
-            }
-            s.dirty = false;
         }
         first_error.map_or(Ok(()), Err)
     }
@@ -1456,6 +1404,31 @@ fn spawn_group_commit(inner: std::sync::Weak<Inner>, window: std::time::Duration
 }
 
 impl Session {
+    /// `fdatasync`s the active segment. A failure poisons the session: the
+    /// kernel may have dropped the dirty pages, and a retried fsync could
+    /// report success for data that is gone.
+    fn sync_now(&mut self) -> Result<()> {
+        if let Some(w) = &self.writer
+            && let Err(e) = w.sync()
+        {
+            self.poisoned = true;
+            return Err(Error::Io {
+                path: self
+                    .segs
+                    .last()
+                    .map_or_else(|| self.dir.clone(), |g| g.path.clone()),
+                source: e,
+            });
+        }
+        self.dirty = false;
+        Ok(())
+    }
+
+    /// [`Session::sync_now`] when appends are waiting for a sync.
+    fn sync_if_dirty(&mut self) -> Result<()> {
+        if self.dirty { self.sync_now() } else { Ok(()) }
+    }
+
     /// Extends the read indexes with a batch just written or replayed: the
     /// batch index, the data locations of the surface nodes it added, the
     /// newest record and time.
