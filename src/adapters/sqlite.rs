@@ -1,0 +1,858 @@
+//! The harness's SQLite layout, schema version 4 (section 9): a `sessions`
+//! table (one row per session header) and an `events` table (one row per
+//! logical event, `data`, `source_event_seqs` and `surface_op` as JSON text).
+//!
+//! sessionlog reads only schema version 4 (`PRAGMA user_version`) and never
+//! migrates: any other version, or tables whose columns differ from the DDL,
+//! are rejected before a row is read. Every row passes the same rules as a
+//! JSONL line: the columns are assembled into one JSON envelope, parsed by
+//! [`Event::from_json`] and folded through a [`SessionState`], so the first
+//! broken rule is reported with its session and seq.
+//!
+//! Import validates the whole database before it writes anything to the
+//! store; export writes each session in one transaction.
+
+use crate::event::{Event, OwnedEvent, SurfaceOp};
+use crate::header::SessionHeader;
+use crate::session::SessionState;
+use crate::store::{self, Store};
+use crate::violation::{Location, Rule, Violation};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+use serde_json::value::RawValue;
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The schema version this adapter reads and writes.
+pub const SCHEMA_VERSION: i64 = 4;
+
+/// The DDL of schema version 4, as the harness writes it.
+pub const DDL: &str = "CREATE TABLE sessions (id TEXT PRIMARY KEY, version INTEGER NOT NULL, created_at INTEGER NOT NULL, cwd TEXT, parent_session TEXT, seed_length INTEGER) STRICT;
+CREATE TABLE events (session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE, seq INTEGER NOT NULL, type TEXT NOT NULL, time INTEGER NOT NULL, data TEXT NOT NULL, source_event_seqs TEXT, surface_op TEXT, PRIMARY KEY (session_id, seq)) STRICT;";
+
+/// One column as `PRAGMA table_xinfo` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Column {
+    name: String,
+    decl_type: String,
+    not_null: bool,
+    default: Option<String>,
+    /// Position in the primary key (1-based), 0 when not part of it.
+    pk: i64,
+    /// Non-zero for hidden and generated columns.
+    hidden: i64,
+}
+
+impl Column {
+    fn new(name: &str, decl_type: &str, not_null: bool, pk: i64) -> Self {
+        Column {
+            name: name.into(),
+            decl_type: decl_type.into(),
+            not_null,
+            default: None,
+            pk,
+            hidden: 0,
+        }
+    }
+
+    fn describe(&self) -> String {
+        let mut s = format!("{} {}", self.name, self.decl_type);
+        if self.not_null {
+            s.push_str(" NOT NULL");
+        }
+        if self.pk > 0 {
+            let _ = write!(s, " PK#{}", self.pk);
+        }
+        if let Some(d) = &self.default {
+            let _ = write!(s, " DEFAULT {d}");
+        }
+        if self.hidden != 0 {
+            let _ = write!(s, " HIDDEN({})", self.hidden);
+        }
+        s
+    }
+}
+
+/// The columns of schema 4. Primary-key columns of a STRICT table are
+/// implicitly NOT NULL, and `table_xinfo` says so.
+fn expected_columns(table: &str) -> Vec<Column> {
+    match table {
+        "sessions" => vec![
+            Column::new("id", "TEXT", true, 1),
+            Column::new("version", "INTEGER", true, 0),
+            Column::new("created_at", "INTEGER", true, 0),
+            Column::new("cwd", "TEXT", false, 0),
+            Column::new("parent_session", "TEXT", false, 0),
+            Column::new("seed_length", "INTEGER", false, 0),
+        ],
+        _ => vec![
+            Column::new("session_id", "TEXT", true, 1),
+            Column::new("seq", "INTEGER", true, 2),
+            Column::new("type", "TEXT", true, 0),
+            Column::new("time", "INTEGER", true, 0),
+            Column::new("data", "TEXT", true, 0),
+            Column::new("source_event_seqs", "TEXT", false, 0),
+            Column::new("surface_op", "TEXT", false, 0),
+        ],
+    }
+}
+
+/// Errors of the SQLite adapter; each names the database file and, where
+/// there is one, the session and seq.
+#[derive(Debug, thiserror::Error)]
+pub enum SqliteError {
+    /// SQLite itself failed (open, query, write).
+    #[error("{path}: SQLite error: {source}")]
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// The SQLite error.
+        source: rusqlite::Error,
+    },
+    /// `PRAGMA user_version` is not 4.
+    #[error(
+        "{path}: SQLite schema version {found} is not supported: sessionlog reads only schema version 4 and never migrates"
+    )]
+    UnsupportedSchema {
+        /// The database file.
+        path: PathBuf,
+        /// The `user_version` found.
+        found: i64,
+    },
+    /// A table is missing or differs from the schema 4 DDL.
+    #[error("{path}: table {table:?} does not match SQLite schema version 4: {detail}")]
+    SchemaMismatch {
+        /// The database file.
+        path: PathBuf,
+        /// The table.
+        table: String,
+        /// What was found.
+        detail: String,
+    },
+    /// `events` rows name a session that has no `sessions` row.
+    #[error("{path}: {count} events rows name session {session:?}, which has no sessions row")]
+    OrphanEvents {
+        /// The database file.
+        path: PathBuf,
+        /// The session id the rows name.
+        session: String,
+        /// How many rows.
+        count: u64,
+    },
+    /// A row breaks a rule of the session model.
+    #[error("{path}: session {session:?}, {}: {violation}", row_name(*.seq))]
+    Invalid {
+        /// The database file.
+        path: PathBuf,
+        /// The session id.
+        session: String,
+        /// The `seq` column of the offending `events` row; `None` for the
+        /// `sessions` row.
+        seq: Option<i64>,
+        /// The rule and reason.
+        violation: Violation,
+    },
+    /// Import without `replace` found the session already in the store.
+    #[error(
+        "{path}: session {session:?} already exists in the store (import with replace to overwrite it); nothing was imported"
+    )]
+    ExistsInStore {
+        /// The database file.
+        path: PathBuf,
+        /// The session id.
+        session: String,
+    },
+    /// Export found the session already in the database.
+    #[error("{path}: session {session:?} already exists in the database; nothing was exported")]
+    ExistsInDb {
+        /// The database file.
+        path: PathBuf,
+        /// The session id.
+        session: String,
+    },
+    /// The same id was given twice to export.
+    #[error("{path}: session {session:?} is listed twice; nothing was exported")]
+    DuplicateId {
+        /// The database file.
+        path: PathBuf,
+        /// The session id.
+        session: String,
+    },
+    /// The store failed for a session.
+    #[error("{path}: session {session:?}: {source}")]
+    Store {
+        /// The database file.
+        path: PathBuf,
+        /// The session id.
+        session: String,
+        /// The store error.
+        source: Box<store::Error>,
+    },
+    /// A stored session holds something schema 4 has no column for.
+    #[error("{path}: session {session:?}{}: cannot be written to schema 4: {reason}", .seq.map(|s| format!(", seq {s}")).unwrap_or_default())]
+    Unrepresentable {
+        /// The database file.
+        path: PathBuf,
+        /// The session id.
+        session: String,
+        /// The event, if it is one.
+        seq: Option<u64>,
+        /// Why.
+        reason: String,
+    },
+    /// The database refused WAL journal mode.
+    #[error("{path}: journal mode is {found:?} after PRAGMA journal_mode=WAL")]
+    JournalMode {
+        /// The database file.
+        path: PathBuf,
+        /// The journal mode SQLite reported.
+        found: String,
+    },
+}
+
+fn row_name(seq: Option<i64>) -> String {
+    match seq {
+        Some(s) => format!("events row seq {s}"),
+        None => "sessions row".into(),
+    }
+}
+
+/// A session read from a schema 4 database.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SqliteSession {
+    /// The header (`origin`, `delegationDepth` and `agentPreset` have no
+    /// column and take their defaults).
+    pub header: SessionHeader,
+    /// The events, in seq order, `data` verbatim.
+    pub events: Vec<OwnedEvent>,
+    /// The closers crash repair would append (empty when the last turn is
+    /// closed).
+    pub closers: Vec<OwnedEvent>,
+}
+
+/// What [`import_db`] did for one session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportedSession {
+    /// The session id.
+    pub id: String,
+    /// Events imported from the database.
+    pub events: u64,
+    /// Closers appended by repair (the last turn was open).
+    pub closers: u64,
+    /// A session with this id was deleted first.
+    pub replaced: bool,
+}
+
+/// What [`import_db`] did, session by session in database order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportReport {
+    /// The database file.
+    pub path: PathBuf,
+    /// One entry per `sessions` row.
+    pub sessions: Vec<ImportedSession>,
+}
+
+fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> SqliteError + '_ {
+    move |source| SqliteError::Sqlite {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Checks `PRAGMA user_version` and both tables against the schema 4 DDL.
+fn check_schema(conn: &Connection, path: &Path) -> Result<(), SqliteError> {
+    let err = sql_err(path);
+    let found: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(&err)?;
+    if found != SCHEMA_VERSION {
+        return Err(SqliteError::UnsupportedSchema {
+            path: path.to_owned(),
+            found,
+        });
+    }
+    for table in ["sessions", "events"] {
+        let mismatch = |detail: String| SqliteError::SchemaMismatch {
+            path: path.to_owned(),
+            table: table.to_owned(),
+            detail,
+        };
+        let kind: Option<(String, i64, i64)> = conn
+            .query_row(
+                "SELECT type, wr, strict FROM pragma_table_list WHERE schema = 'main' AND name = ?1",
+                [table],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+            .map_err(&err)?;
+        let Some((kind, without_rowid, strict)) = kind else {
+            let mut stmt = conn
+                .prepare(
+                    "SELECT name FROM pragma_table_list WHERE schema = 'main' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+                )
+                .map_err(&err)?;
+            let names = stmt
+                .query_map([], |r| r.get::<_, String>(0))
+                .map_err(&err)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(&err)?;
+            return Err(mismatch(format!(
+                "the table is missing; the database has {names:?}"
+            )));
+        };
+        if kind != "table" {
+            return Err(mismatch(format!("it is a {kind}, not a table")));
+        }
+        if strict != 1 {
+            return Err(mismatch("the table is not STRICT".into()));
+        }
+        if without_rowid != 0 {
+            return Err(mismatch("the table is WITHOUT ROWID".into()));
+        }
+        let mut stmt = conn
+            .prepare(
+                "SELECT name, type, \"notnull\", dflt_value, pk, hidden FROM pragma_table_xinfo(?1) ORDER BY cid",
+            )
+            .map_err(&err)?;
+        let found = stmt
+            .query_map([table], |r| {
+                Ok(Column {
+                    name: r.get(0)?,
+                    decl_type: r.get(1)?,
+                    not_null: r.get::<_, i64>(2)? != 0,
+                    default: r.get(3)?,
+                    pk: r.get(4)?,
+                    hidden: r.get(5)?,
+                })
+            })
+            .map_err(&err)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(&err)?;
+        let expected = expected_columns(table);
+        if found != expected {
+            let list = |cols: &[Column]| {
+                cols.iter()
+                    .map(Column::describe)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let missing: Vec<&str> = expected
+                .iter()
+                .filter(|e| !found.iter().any(|f| f.name == e.name))
+                .map(|e| e.name.as_str())
+                .collect();
+            let mut detail = format!(
+                "found columns ({}); expected ({})",
+                list(&found),
+                list(&expected)
+            );
+            if !missing.is_empty() {
+                let _ = write!(detail, "; missing {missing:?}");
+            }
+            return Err(mismatch(detail));
+        }
+    }
+    // The foreign key of events, as in the DDL.
+    let fks = {
+        let mut stmt = conn
+            .prepare(
+                r#"SELECT "table", "from", "to", on_delete FROM pragma_foreign_key_list('events')"#,
+            )
+            .map_err(&err)?;
+        stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })
+        .map_err(&err)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(&err)?
+    };
+    let want = (
+        "sessions".to_owned(),
+        "session_id".to_owned(),
+        Some("id".to_owned()),
+        "CASCADE".to_owned(),
+    );
+    if fks != [want] {
+        return Err(SqliteError::SchemaMismatch {
+            path: path.to_owned(),
+            table: "events".into(),
+            detail: format!(
+                "foreign keys {fks:?}; expected session_id REFERENCES sessions(id) ON DELETE CASCADE"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Opens `path` read-only (no URI interpretation, no create).
+fn open_read_only(path: &Path) -> Result<Connection, SqliteError> {
+    Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sql_err(path))
+}
+
+/// Reads every session of a schema 4 database, in `sessions` row order,
+/// checking every row by the rules of the session model (non-strict).
+///
+/// The database is opened read-only and read in one transaction.
+pub fn read_db(path: impl AsRef<Path>) -> Result<Vec<SqliteSession>, SqliteError> {
+    let path = path.as_ref();
+    let mut conn = open_read_only(path)?;
+    let tx = conn.transaction().map_err(sql_err(path))?;
+    check_schema(&tx, path)?;
+    let sessions = read_sessions(&tx, path)?;
+    tx.finish().map_err(sql_err(path))?;
+    Ok(sessions)
+}
+
+fn read_sessions(conn: &Connection, path: &Path) -> Result<Vec<SqliteSession>, SqliteError> {
+    let err = sql_err(path);
+    let orphan: Option<(String, u64)> = conn
+        .query_row(
+            "SELECT session_id, COUNT(*) FROM events WHERE session_id NOT IN (SELECT id FROM sessions) GROUP BY session_id ORDER BY session_id LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)),
+        )
+        .optional()
+        .map_err(&err)?;
+    if let Some((session, count)) = orphan {
+        return Err(SqliteError::OrphanEvents {
+            path: path.to_owned(),
+            session,
+            count,
+        });
+    }
+    let mut sessions_stmt = conn
+        .prepare(
+            "SELECT id, version, created_at, cwd, parent_session, seed_length FROM sessions ORDER BY rowid",
+        )
+        .map_err(&err)?;
+    let rows = sessions_stmt
+        .query_map([], |r| {
+            Ok(SessionRow {
+                id: r.get(0)?,
+                version: r.get(1)?,
+                created_at: r.get(2)?,
+                cwd: r.get(3)?,
+                parent_session: r.get(4)?,
+                seed_length: r.get(5)?,
+            })
+        })
+        .map_err(&err)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(&err)?;
+    let mut events_stmt = conn
+        .prepare(
+            "SELECT seq, type, time, data, source_event_seqs, surface_op FROM events WHERE session_id = ?1 ORDER BY seq",
+        )
+        .map_err(&err)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let header = row.header().map_err(|violation| SqliteError::Invalid {
+            path: path.to_owned(),
+            session: row.id.clone(),
+            seq: None,
+            violation,
+        })?;
+        let mut state = SessionState::new(false);
+        let mut events: Vec<OwnedEvent> = Vec::new();
+        let mut rows = events_stmt.query([&row.id]).map_err(&err)?;
+        let mut line = String::new();
+        while let Some(r) = rows.next().map_err(&err)? {
+            let seq: i64 = r.get(0).map_err(&err)?;
+            let kind: String = r.get(1).map_err(&err)?;
+            let time: i64 = r.get(2).map_err(&err)?;
+            let data: String = r.get(3).map_err(&err)?;
+            let sources: Option<String> = r.get(4).map_err(&err)?;
+            let op: Option<String> = r.get(5).map_err(&err)?;
+            let invalid = |mut violation: Violation| {
+                if let (Location::Line(_), Ok(s)) = (violation.location, u64::try_from(seq)) {
+                    violation.location = Location::Seq(s);
+                }
+                SqliteError::Invalid {
+                    path: path.to_owned(),
+                    session: row.id.clone(),
+                    seq: Some(seq),
+                    violation,
+                }
+            };
+            envelope_line(
+                &mut line,
+                seq,
+                &kind,
+                time,
+                &data,
+                sources.as_deref(),
+                op.as_deref(),
+            )
+            .map_err(&invalid)?;
+            let event = Event::from_json(&line).map_err(&invalid)?;
+            state.append(&event, &events).map_err(&invalid)?;
+            events.push(event.into_owned());
+        }
+        out.push(SqliteSession {
+            header,
+            events,
+            closers: state.closers(),
+        });
+    }
+    Ok(out)
+}
+
+struct SessionRow {
+    id: String,
+    version: i64,
+    created_at: i64,
+    cwd: Option<String>,
+    parent_session: Option<String>,
+    seed_length: Option<i64>,
+}
+
+impl SessionRow {
+    /// The header, by the rules of a JSONL header line.
+    fn header(&self) -> Result<SessionHeader, Violation> {
+        let q = |s: &str| serde_json::to_string(s).expect("a string serialises");
+        let mut line = format!(
+            "{{\"type\":\"session\",\"version\":{},\"id\":{},\"createdAt\":{}",
+            self.version,
+            q(&self.id),
+            self.created_at
+        );
+        if let Some(cwd) = &self.cwd {
+            let _ = write!(line, ",\"cwd\":{}", q(cwd));
+        }
+        if let Some(p) = &self.parent_session {
+            let _ = write!(line, ",\"parentSession\":{}", q(p));
+        }
+        if let Some(n) = self.seed_length {
+            let _ = write!(line, ",\"seedLength\":{n}");
+        }
+        line.push('}');
+        SessionHeader::from_json(&line)
+            .map(|p| p.header)
+            .map_err(|mut v| {
+                v.reason = format!("{} (sessions row assembled as {line})", v.reason);
+                v
+            })
+    }
+}
+
+/// Assembles the JSON envelope of one `events` row into `line`. Each JSON
+/// column must hold exactly one JSON value, so a column cannot smuggle
+/// extra envelope keys into the line.
+fn envelope_line(
+    line: &mut String,
+    seq: i64,
+    kind: &str,
+    time: i64,
+    data: &str,
+    sources: Option<&str>,
+    op: Option<&str>,
+) -> Result<(), Violation> {
+    let one_value = |column: &str, text: &str| {
+        serde_json::from_str::<&RawValue>(text)
+            .map(drop)
+            .map_err(|e| {
+                Violation::new(
+                    Location::Line(0),
+                    Rule::Json,
+                    format!("column {column} does not hold one JSON value: {e}"),
+                )
+            })
+    };
+    one_value("data", data)?;
+    line.clear();
+    line.push_str("{\"type\":");
+    line.push_str(&serde_json::to_string(kind).expect("a string serialises"));
+    let _ = write!(line, ",\"seq\":{seq},\"time\":{time},\"data\":");
+    line.push_str(data);
+    if let Some(s) = sources {
+        one_value("source_event_seqs", s)?;
+        line.push_str(",\"sourceEventSeqs\":");
+        line.push_str(s);
+    }
+    if let Some(o) = op {
+        one_value("surface_op", o)?;
+        line.push_str(",\"surfaceOp\":");
+        line.push_str(o);
+    }
+    line.push('}');
+    Ok(())
+}
+
+/// Events appended per store batch, at most (and about this many bytes).
+const BATCH_EVENTS: usize = 4096;
+const BATCH_BYTES: usize = 4 << 20;
+
+/// Imports every session of a schema 4 database into `store`.
+///
+/// The whole database is read and checked first ([`read_db`]), so an
+/// invalid row leaves the store unchanged. An id already in the store is an
+/// error (before anything is written) unless `replace`, which deletes the
+/// stored session first. Each session is created and appended in batches;
+/// if an append fails the half-imported session is deleted. Then the
+/// session is repaired like after a crash: an unclosed last turn gets its
+/// closers.
+pub fn import_db(
+    store: &Store,
+    path: impl AsRef<Path>,
+    replace: bool,
+) -> Result<ImportReport, SqliteError> {
+    let path = path.as_ref();
+    let sessions = read_db(path)?;
+    let existing: HashSet<String> = store.list().into_iter().map(|h| h.id).collect();
+    if !replace && let Some(s) = sessions.iter().find(|s| existing.contains(&s.header.id)) {
+        return Err(SqliteError::ExistsInStore {
+            path: path.to_owned(),
+            session: s.header.id.clone(),
+        });
+    }
+    let mut report = ImportReport {
+        path: path.to_owned(),
+        sessions: Vec::with_capacity(sessions.len()),
+    };
+    for session in sessions {
+        let id = session.header.id.clone();
+        let store_err = |source| SqliteError::Store {
+            path: path.to_owned(),
+            session: id.clone(),
+            source: Box::new(source),
+        };
+        let replaced = existing.contains(&id);
+        if replace {
+            match store.delete(&id) {
+                Ok(()) | Err(store::Error::NotFound(_)) => {}
+                Err(e) => return Err(store_err(e)),
+            }
+        }
+        store.create(session.header).map_err(store_err)?;
+        let n = session.events.len() as u64;
+        let imported = append_batches(store, &id, &session.events).and_then(|()| store.repair(&id));
+        let closers = match imported {
+            Ok(closers) => closers,
+            Err(e) => {
+                // Leave the store as it was for this session. Deleting may
+                // fail too; the append error is the one to report.
+                let _ = store.delete(&id);
+                return Err(store_err(e));
+            }
+        };
+        report.sessions.push(ImportedSession {
+            closers: closers.iter().filter(|e| e.seq >= n).count() as u64,
+            id,
+            events: n,
+            replaced,
+        });
+    }
+    Ok(report)
+}
+
+fn append_batches(store: &Store, id: &str, events: &[OwnedEvent]) -> store::Result<()> {
+    let mut start = 0;
+    while start < events.len() {
+        let mut end = start;
+        let mut bytes = 0;
+        while end < events.len()
+            && end - start < BATCH_EVENTS
+            && (end == start || bytes < BATCH_BYTES)
+        {
+            bytes += events[end].data.get().len() + events[end].kind.len() + 64;
+            end += 1;
+        }
+        store.append(id, &events[start..end])?;
+        start = end;
+    }
+    Ok(())
+}
+
+/// Exports sessions of `store` to a schema 4 database at `path`.
+///
+/// A missing file (or an empty database) is created with the exact DDL and
+/// `user_version` 4; an existing database must pass the same schema check
+/// as [`read_db`], and the sessions are added to it. The database is put in
+/// WAL journal mode. Every id is checked first: an id already in the
+/// database (or listed twice) is an error and nothing is written. Each
+/// session is then written in one transaction: its `sessions` row, then its
+/// `events` rows. Header fields schema 4 has no column for (`origin`,
+/// `delegationDepth`, `agentPreset`) are not written; an event with
+/// `ignorable` (no column either) is an error.
+pub fn export_db(store: &Store, ids: &[String], path: impl AsRef<Path>) -> Result<(), SqliteError> {
+    let path = path.as_ref();
+    let err = sql_err(path);
+    let mut conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(&err)?;
+    conn.execute_batch("PRAGMA foreign_keys = ON")
+        .map_err(&err)?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .map_err(&err)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(SqliteError::JournalMode {
+            path: path.to_owned(),
+            found: mode,
+        });
+    }
+    {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        let version: i64 = tx
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(&err)?;
+        let objects: i64 = tx
+            .query_row("SELECT COUNT(*) FROM sqlite_schema", [], |r| r.get(0))
+            .map_err(&err)?;
+        if version == 0 && objects == 0 {
+            tx.execute_batch(DDL).map_err(&err)?;
+            tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
+                .map_err(&err)?;
+        }
+        check_schema(&tx, path)?;
+        let mut seen = HashSet::new();
+        for id in ids {
+            if !seen.insert(id.as_str()) {
+                return Err(SqliteError::DuplicateId {
+                    path: path.to_owned(),
+                    session: id.clone(),
+                });
+            }
+            if session_in_db(&tx, id).map_err(&err)? {
+                return Err(SqliteError::ExistsInDb {
+                    path: path.to_owned(),
+                    session: id.clone(),
+                });
+            }
+        }
+        tx.commit().map_err(&err)?;
+    }
+    for id in ids {
+        let (header, events) = store.load(id).map_err(|source| SqliteError::Store {
+            path: path.to_owned(),
+            session: id.clone(),
+            source: Box::new(source),
+        })?;
+        export_session(&mut conn, path, &header, &events)?;
+    }
+    Ok(())
+}
+
+fn session_in_db(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
+    conn.query_row("SELECT 1 FROM sessions WHERE id = ?1", [id], |_| Ok(()))
+        .optional()
+        .map(|r| r.is_some())
+}
+
+fn export_session(
+    conn: &mut Connection,
+    path: &Path,
+    header: &SessionHeader,
+    events: &[OwnedEvent],
+) -> Result<(), SqliteError> {
+    let err = sql_err(path);
+    let unrepresentable = |seq: Option<u64>, reason: String| SqliteError::Unrepresentable {
+        path: path.to_owned(),
+        session: header.id.clone(),
+        seq,
+        reason,
+    };
+    let int = |v: u64, what: &str, seq: Option<u64>| {
+        i64::try_from(v).map_err(|_| unrepresentable(seq, format!("{what} {v} exceeds INTEGER")))
+    };
+    let created_at = int(header.created_at, "createdAt", None)?;
+    let seed_length = header
+        .seed_length
+        .map(|n| int(n, "seedLength", None))
+        .transpose()?;
+    let version = int(header.version, "version", None)?;
+    if let Some(e) = events.iter().find(|e| e.ignorable) {
+        return Err(unrepresentable(
+            Some(e.seq),
+            format!(
+                "{} has ignorable: true, and schema 4 has no column for it",
+                e.kind
+            ),
+        ));
+    }
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(&err)?;
+    if session_in_db(&tx, &header.id).map_err(&err)? {
+        return Err(SqliteError::ExistsInDb {
+            path: path.to_owned(),
+            session: header.id.clone(),
+        });
+    }
+    tx.prepare_cached(
+        "INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            header.id,
+            version,
+            created_at,
+            header.cwd,
+            header.parent_session,
+            seed_length
+        ])
+    })
+    .map_err(&err)?;
+    {
+        let mut stmt = tx
+            .prepare_cached(
+                "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .map_err(&err)?;
+        for e in events {
+            let seq = int(e.seq, "seq", Some(e.seq))?;
+            let sources = e.source_event_seqs.as_deref().map(sources_json);
+            let op = e.surface_op.map(surface_op_json);
+            stmt.execute(params![
+                header.id,
+                seq,
+                e.kind.as_ref(),
+                e.time,
+                e.data.get(),
+                sources,
+                op
+            ])
+            .map_err(&err)?;
+        }
+    }
+    tx.commit().map_err(&err)
+}
+
+/// `[1,2]`.
+fn sources_json(src: &[u64]) -> String {
+    let mut out = String::with_capacity(2 + src.len() * 4);
+    out.push('[');
+    for (i, s) in src.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{s}");
+    }
+    out.push(']');
+    out
+}
+
+/// `"append"` or `{"op":"replace","start":S,"end":E}`.
+fn surface_op_json(op: SurfaceOp) -> String {
+    match op {
+        SurfaceOp::Append => "\"append\"".into(),
+        SurfaceOp::Replace { start, end } => {
+            format!("{{\"op\":\"replace\",\"start\":{start},\"end\":{end}}}")
+        }
+    }
+}
