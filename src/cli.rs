@@ -122,6 +122,13 @@ enum Command {
         /// A session id (default: every session).
         id: Option<String>,
     },
+    /// Run the whole job end to end in a fresh store: generate sessions,
+    /// append, crash in a tool call, reopen and repair, derive, export.
+    Demo {
+        /// The store directory to create (an earlier demo store is replaced).
+        #[arg(default_value = "demo-store")]
+        dir: PathBuf,
+    },
 }
 
 /// How a command failed, and so which exit code it gets.
@@ -179,6 +186,9 @@ pub fn main() -> ExitCode {
 }
 
 fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
+    if let Command::Demo { dir } = &cli.command {
+        return crate::demo::run(dir, out).map_err(Failure::Io);
+    }
     match cli.store {
         None => run_file(cli.command, out),
         Some(dir) => run_store(&dir, cli.command, out),
@@ -283,6 +293,7 @@ fn run_file(command: Command, out: &mut impl Write) -> Result<(), Failure> {
         Command::Fork { .. } => Err(needs_store("fork")),
         Command::Rm { .. } => Err(needs_store("rm")),
         Command::Stats { .. } => Err(needs_store("stats")),
+        Command::Demo { .. } => unreachable!("handled before the mode split"),
     }
 }
 
@@ -492,6 +503,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             writeln!(out, "removed {id}").map_err(io_err)?;
             store.close().map_err(store_err)
         }
+        Command::Demo { .. } => unreachable!("handled before the mode split"),
         Command::Stats { id } => {
             let store = open_read_only(dir)?;
             let all = id.is_none();

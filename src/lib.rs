@@ -21,6 +21,7 @@ pub mod json;
 pub mod lineage;
 pub mod manifest;
 pub mod repair;
+pub mod sample;
 pub mod segment;
 pub mod session;
 pub mod store;
