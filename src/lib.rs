@@ -27,3 +27,8 @@ pub mod session;
 pub mod store;
 pub mod surface;
 pub mod violation;
+
+/// The README's Rust examples, compiled and run as doctests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
