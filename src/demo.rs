@@ -3,7 +3,8 @@
 //! Creates a store, generates realistic sessions and appends them, crashes
 //! in the middle of a tool call (a child process killed with SIGKILL),
 //! reopens and shows the repair closers, derives the message history, and
-//! exports JSONL and SQLite, printing what it did and where the files are.
+//! exports JSONL and SQLite (schema 4), printing what it did and where the
+//! files are.
 
 use sessionlog::adapters::jsonl;
 use sessionlog::event::OwnedEvent;
@@ -133,6 +134,16 @@ pub fn run(dir: &Path, out: &mut impl Write) -> Result<(), String> {
         out,
         "5. exported {CRASHED} as harness JSONL: {}",
         jsonl_path.display()
+    )
+    .map_err(|e| err(&e))?;
+    let db = export.join("sessions.db");
+    let ids: Vec<String> = store.list().into_iter().map(|h| h.id).collect();
+    sessionlog::adapters::sqlite::export_db(&store, &ids, &db).map_err(|e| err(&e))?;
+    writeln!(
+        out,
+        "   exported all {} sessions to the harness's SQLite schema 4: {}",
+        ids.len(),
+        db.display()
     )
     .map_err(|e| err(&e))?;
     let stats = store.stats("demo-00").map_err(|e| err(&e))?;
