@@ -1,5 +1,6 @@
 //! Adapters for the harness's own storage formats. They use only the public
-//! API of the session model and the store.
+//! API of the session model (and, later, the store).
 
+pub mod harness;
 pub mod jsonl;
 pub mod sqlite;

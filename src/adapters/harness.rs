@@ -1,0 +1,1404 @@
+//! The harness's own JSONL storage, on the way in and out (section 9 of the
+//! domain notes): packed chunk rows as the harness's encoder writes them,
+//! Zstandard session logs (a header frame, then one frame per append batch),
+//! the layouts of a harness sessions root, and import into / export from a
+//! [`Store`].
+//!
+//! Reading builds on [`jsonl::read_session`]: every format here decodes to the
+//! same JSONL text, so every rule of the session model applies the same way.
+//!
+//! # Packed rows
+//!
+//! [`pack_chunks`] turns each maximal run of [`MIN_PACKED_RUN`] or more
+//! consecutive `assistant/chunk` events of one block into one row
+//! `{"type":"text-chunks"|"reasoning-chunks"|"tool-call-chunks","seq0":S,"time0":T,"data":{...}}`,
+//! with the key order and bytes of the harness's rows. A run only takes
+//! events that expand back to exactly their own bytes, so expanding a packed
+//! file ([`jsonl::read_session`]) always gives back exactly the events.
+//!
+//! # Zstandard logs
+//!
+//! [`read_zstd_session`] decodes every frame and concatenates them into the
+//! JSONL text; [`write_zstd_session`] writes a header frame and one frame per
+//! batch. See [`read_zstd_session`] for what counts as a torn tail.
+//!
+//! # Roots
+//!
+//! Older layout: `<root>/cwd-<12 hex>/<escaped id>.jsonl` or
+//! `<root>/_no-cwd/<escaped id>.jsonl`. Current layout:
+//! `<root>/<project dir>/<escaped id>/session.jsonl[.zstd]`. See [`id_escape`],
+//! [`cwd_dir_name`], [`find_sessions`] and [`export_path`].
+
+use crate::adapters::jsonl::{self, TornTail};
+use crate::event::{Event, OwnedEvent};
+use crate::header::SessionHeader;
+use crate::json::{self, Fields};
+use crate::store::{self, Store};
+use crate::violation::{Location, Rule, Violation};
+use serde_json::value::RawValue;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// The shortest run of chunks the harness packs into one row.
+pub const MIN_PACKED_RUN: usize = 3;
+
+/// The file name of a session in the current layout, compressed.
+pub const ZSTD_FILE_NAME: &str = "session.jsonl.zstd";
+/// The file name of a session in the current layout, plain.
+pub const PLAIN_FILE_NAME: &str = "session.jsonl";
+/// The older layout's directory for sessions without a working directory.
+pub const NO_CWD_DIR: &str = "_no-cwd";
+
+/// The zstd compression level of written frames (zstd's default).
+const ZSTD_LEVEL: i32 = 3;
+/// The magic number that starts every Zstandard frame, little-endian.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+
+// ---------------------------------------------------------------------------
+// Packed rows
+// ---------------------------------------------------------------------------
+
+/// The three kinds of packed row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PackedKind {
+    /// `text-chunks`: `text-delta` members.
+    Text,
+    /// `reasoning-chunks`: `reasoning-delta` members.
+    Reasoning,
+    /// `tool-call-chunks`: `tool-call-delta` members.
+    ToolCall,
+}
+
+impl PackedKind {
+    /// The row's `type`.
+    pub fn row_type(self) -> &'static str {
+        match self {
+            PackedKind::Text => "text-chunks",
+            PackedKind::Reasoning => "reasoning-chunks",
+            PackedKind::ToolCall => "tool-call-chunks",
+        }
+    }
+
+    /// The `chunk.type` of the row's members.
+    pub fn chunk_type(self) -> &'static str {
+        match self {
+            PackedKind::Text => "text-delta",
+            PackedKind::Reasoning => "reasoning-delta",
+            PackedKind::ToolCall => "tool-call-delta",
+        }
+    }
+
+    fn from_chunk_type(t: &str) -> Option<Self> {
+        match t {
+            "text-delta" => Some(PackedKind::Text),
+            "reasoning-delta" => Some(PackedKind::Reasoning),
+            "tool-call-delta" => Some(PackedKind::ToolCall),
+            _ => None,
+        }
+    }
+}
+
+/// One packed row: a run of chunk events of one block. The JSON values are
+/// the members' raw bytes, so the row writes back exactly what it packed.
+#[derive(Debug, Clone)]
+pub struct PackedRow<'e> {
+    /// Which kind of delta the members are.
+    pub kind: PackedKind,
+    /// The seq of the first member.
+    pub seq0: u64,
+    /// The time of the first member.
+    pub time0: i64,
+    /// `data.turn` of every member.
+    pub turn: &'e RawValue,
+    /// `data.step` of every member.
+    pub step: &'e RawValue,
+    /// `chunk.index` of every member.
+    pub index: &'e RawValue,
+    /// `chunk.id` of every member (tool calls only).
+    pub id: Option<&'e RawValue>,
+    /// `chunk.name` of every member, when they have one (tool calls only).
+    pub name: Option<&'e RawValue>,
+    /// The time gaps between consecutive members (one fewer than members).
+    pub dt: Vec<i64>,
+    /// The members' `text` (or `argumentsDelta`) string literals.
+    pub pieces: Vec<&'e RawValue>,
+}
+
+impl PackedRow<'_> {
+    /// How many events the row holds.
+    pub fn len(&self) -> usize {
+        self.pieces.len()
+    }
+
+    /// Whether the row holds no event (never, for rows [`pack_chunks`] makes).
+    pub fn is_empty(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    /// Writes the row in the harness's key order:
+    /// `{"type","seq0","time0","data":{"turn","step","index","dt",("texts"|"id","name"?,"args")}}`.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"type\":\"");
+        out.extend_from_slice(self.kind.row_type().as_bytes());
+        let _ = write!(
+            out,
+            "\",\"seq0\":{},\"time0\":{},\"data\":{{\"turn\":",
+            self.seq0, self.time0
+        );
+        out.extend_from_slice(self.turn.get().as_bytes());
+        out.extend_from_slice(b",\"step\":");
+        out.extend_from_slice(self.step.get().as_bytes());
+        out.extend_from_slice(b",\"index\":");
+        out.extend_from_slice(self.index.get().as_bytes());
+        out.extend_from_slice(b",\"dt\":[");
+        for (i, gap) in self.dt.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let _ = write!(out, "{gap}");
+        }
+        out.push(b']');
+        if let Some(id) = self.id {
+            out.extend_from_slice(b",\"id\":");
+            out.extend_from_slice(id.get().as_bytes());
+            if let Some(name) = self.name {
+                out.extend_from_slice(b",\"name\":");
+                out.extend_from_slice(name.get().as_bytes());
+            }
+            out.extend_from_slice(b",\"args\":[");
+        } else {
+            out.extend_from_slice(b",\"texts\":[");
+        }
+        for (i, piece) in self.pieces.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(piece.get().as_bytes());
+        }
+        out.extend_from_slice(b"]}}");
+    }
+}
+
+/// One line of a packed JSONL file: an event as is, or a packed row.
+#[derive(Debug, Clone)]
+pub enum Row<'e> {
+    /// An event written verbatim.
+    Event(&'e Event<'e>),
+    /// A run of chunk events.
+    Packed(PackedRow<'e>),
+}
+
+impl Row<'_> {
+    /// How many events the row holds.
+    pub fn events(&self) -> usize {
+        match self {
+            Row::Event(_) => 1,
+            Row::Packed(p) => p.len(),
+        }
+    }
+
+    /// Writes the row's JSON (no newline).
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        match self {
+            Row::Event(e) => e.write_json(out),
+            Row::Packed(p) => p.write_json(out),
+        }
+    }
+
+    /// The row's JSON as a string.
+    pub fn to_json(&self) -> String {
+        let mut out = Vec::with_capacity(128);
+        self.write_json(&mut out);
+        String::from_utf8(out).expect("JSON output is UTF-8")
+    }
+}
+
+/// A chunk event that may join a packed row: its block and its piece.
+struct Member<'e> {
+    kind: PackedKind,
+    turn: &'e RawValue,
+    step: &'e RawValue,
+    index: &'e RawValue,
+    id: Option<&'e RawValue>,
+    name: Option<&'e RawValue>,
+    piece: &'e RawValue,
+}
+
+impl Member<'_> {
+    /// Same block: same kind, turn, step, index and (tool calls) id and name,
+    /// compared by their bytes (a row holds one copy of each).
+    fn same_block(&self, o: &Member<'_>) -> bool {
+        let raw = |a: Option<&RawValue>, b: Option<&RawValue>| {
+            a.map(RawValue::get) == b.map(RawValue::get)
+        };
+        self.kind == o.kind
+            && self.turn.get() == o.turn.get()
+            && self.step.get() == o.step.get()
+            && self.index.get() == o.index.get()
+            && raw(self.id, o.id)
+            && raw(self.name, o.name)
+    }
+}
+
+/// The member data a packed row expands to, byte for byte as
+/// [`jsonl::expand_packed_row`] builds it.
+fn member_data(m: &Member<'_>) -> String {
+    let mut d = String::with_capacity(96 + m.piece.get().len());
+    d.push_str("{\"turn\":");
+    d.push_str(m.turn.get());
+    d.push_str(",\"step\":");
+    d.push_str(m.step.get());
+    d.push_str(",\"chunk\":{\"type\":\"");
+    d.push_str(m.kind.chunk_type());
+    d.push_str("\",\"index\":");
+    d.push_str(m.index.get());
+    if let Some(id) = m.id {
+        d.push_str(",\"id\":");
+        d.push_str(id.get());
+        if let Some(name) = m.name {
+            d.push_str(",\"name\":");
+            d.push_str(name.get());
+        }
+        d.push_str(",\"argumentsDelta\":");
+    } else {
+        d.push_str(",\"text\":");
+    }
+    d.push_str(m.piece.get());
+    d.push_str("}}");
+    d
+}
+
+fn is_string(raw: &RawValue) -> bool {
+    raw.get().starts_with('"')
+}
+
+/// The event as a packable member, when it is one: an `assistant/chunk` with
+/// no surface fields and not `ignorable`, whose data is exactly the expanded
+/// shape (same keys, order and bytes); `turn`, `step` and `index` non-negative
+/// safe integers; text pieces strings; a tool call's `id` a non-empty string
+/// and its `name`, when present, a non-empty string (the harness writes
+/// chunks with an empty id or name as they are).
+fn member<'e>(e: &'e Event<'_>) -> Option<Member<'e>> {
+    if e.kind != "assistant/chunk"
+        || e.source_event_seqs.is_some()
+        || e.surface_op.is_some()
+        || e.ignorable
+    {
+        return None;
+    }
+    let data: &'e RawValue = &e.data;
+    let fields = Fields::parse(data.get()).ok()?;
+    let [(k0, turn), (k1, step), (k2, chunk)] = fields.0.as_slice() else {
+        return None;
+    };
+    if (&*k0.0, &*k1.0, &*k2.0) != ("turn", "step", "chunk") {
+        return None;
+    }
+    let c = json::object(chunk)?;
+    let kind = PackedKind::from_chunk_type(&json::string(c.get("type")?)?)?;
+    let index = c.get("index")?;
+    let tool = kind == PackedKind::ToolCall;
+    let (id, name, piece) = if tool {
+        (Some(c.get("id")?), c.get("name"), c.get("argumentsDelta")?)
+    } else {
+        (None, None, c.get("text")?)
+    };
+    let ok_count = |raw: &RawValue| json::safe_u64(raw).is_some();
+    if !(ok_count(turn) && ok_count(step) && ok_count(index) && is_string(piece)) {
+        return None;
+    }
+    let non_empty_string = |raw: &RawValue| is_string(raw) && raw.get() != "\"\"";
+    if id.is_some_and(|id| !non_empty_string(id)) || name.is_some_and(|n| !non_empty_string(n)) {
+        return None;
+    }
+    let m = Member {
+        kind,
+        turn,
+        step,
+        index,
+        id,
+        name,
+        piece,
+    };
+    (member_data(&m) == data.get()).then_some(m)
+}
+
+/// Packs chunk runs as the harness's encoder does: each maximal run of
+/// [`MIN_PACKED_RUN`] or more consecutive `assistant/chunk` events of one
+/// block becomes one [`Row::Packed`]; every other event is a [`Row::Event`].
+///
+/// A block is: same turn, step, `chunk.type` (`text-delta`,
+/// `reasoning-delta` or `tool-call-delta`) and index, and for tool calls the
+/// same id and the same name (or no name on all). A member's data must be
+/// exactly the expanded shape, its seq the previous member's plus one, and
+/// its time gap from the previous member a safe integer (gaps may be
+/// negative). Expanding the rows gives back exactly `events`.
+///
+/// ```
+/// use sessionlog::adapters::harness::{pack_chunks, Row};
+/// use sessionlog::event::Event;
+/// let ev = |seq: u64, t: &str| Event::new("assistant/chunk", seq, 100 + seq as i64,
+///     &format!(r#"{{"turn":1,"step":1,"chunk":{{"type":"text-delta","index":0,"text":"{t}"}}}}"#)).unwrap();
+/// let events = vec![ev(0, "a"), ev(1, "b"), ev(2, "c")];
+/// let rows = pack_chunks(&events);
+/// assert_eq!(rows.len(), 1);
+/// assert_eq!(rows[0].to_json(), r#"{"type":"text-chunks","seq0":0,"time0":100,"data":{"turn":1,"step":1,"index":0,"dt":[1,1],"texts":["a","b","c"]}}"#);
+/// ```
+pub fn pack_chunks<'e>(events: &'e [Event<'e>]) -> Vec<Row<'e>> {
+    let members: Vec<Option<Member<'e>>> = events.iter().map(member).collect();
+    let mut rows = Vec::with_capacity(events.len());
+    let mut i = 0;
+    while i < events.len() {
+        let Some(first) = &members[i] else {
+            rows.push(Row::Event(&events[i]));
+            i += 1;
+            continue;
+        };
+        let mut j = i + 1;
+        while j < events.len() {
+            let joins = members[j].as_ref().is_some_and(|m| m.same_block(first))
+                && events[j - 1].seq.checked_add(1) == Some(events[j].seq)
+                && events[j]
+                    .time
+                    .checked_sub(events[j - 1].time)
+                    .is_some_and(|gap| gap.unsigned_abs() <= json::MAX_SAFE_INTEGER);
+            if !joins {
+                break;
+            }
+            j += 1;
+        }
+        if j - i >= MIN_PACKED_RUN {
+            rows.push(Row::Packed(PackedRow {
+                kind: first.kind,
+                seq0: events[i].seq,
+                time0: events[i].time,
+                turn: first.turn,
+                step: first.step,
+                index: first.index,
+                id: first.id,
+                name: first.name,
+                dt: events[i..j]
+                    .windows(2)
+                    .map(|w| w[1].time - w[0].time)
+                    .collect(),
+                pieces: members[i..j]
+                    .iter()
+                    .map(|m| m.as_ref().expect("run members are members").piece)
+                    .collect(),
+            }));
+        } else {
+            rows.extend(events[i..j].iter().map(Row::Event));
+        }
+        i = j;
+    }
+    rows
+}
+
+/// Writes the header line, then the rows, one per line.
+fn write_rows(out: &mut Vec<u8>, header: Option<&SessionHeader>, rows: &[Row<'_>]) {
+    if let Some(h) = header {
+        h.write_json(out);
+        out.push(b'\n');
+    }
+    for r in rows {
+        r.write_json(out);
+        out.push(b'\n');
+    }
+}
+
+/// Writes a JSONL session in the harness's current form: the header line,
+/// then [`pack_chunks`]'s rows, one per line.
+pub fn write_session_packed<'e>(
+    out: &mut impl Write,
+    header: &SessionHeader,
+    events: &'e [Event<'e>],
+) -> io::Result<()> {
+    let mut buf = Vec::with_capacity(1 << 16);
+    header.write_json(&mut buf);
+    buf.push(b'\n');
+    for r in pack_chunks(events) {
+        r.write_json(&mut buf);
+        buf.push(b'\n');
+        if buf.len() >= 1 << 16 {
+            out.write_all(&buf)?;
+            buf.clear();
+        }
+    }
+    out.write_all(&buf)
+}
+
+// ---------------------------------------------------------------------------
+// Zstandard logs
+// ---------------------------------------------------------------------------
+
+/// A Zstandard session log decoded into its JSONL text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZstdText {
+    /// The decoded JSONL text: every complete frame, then what the torn
+    /// final frame gave, if any (its unterminated last line is a torn tail
+    /// for [`jsonl::read_session`]).
+    pub text: Vec<u8>,
+    /// Complete frames decoded (the header frame included).
+    pub frames: usize,
+    /// The torn final frame, if the file ends inside one.
+    pub torn: Option<TornFrame>,
+}
+
+/// A final frame cut short by a crash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornFrame {
+    /// Its position among the frames (0 is the header frame).
+    pub frame: usize,
+    /// The byte offset where it starts in the file.
+    pub offset: u64,
+    /// Bytes of it in the file.
+    pub bytes: u64,
+    /// Bytes of JSONL text it still gave.
+    pub decoded: u64,
+    /// What was wrong.
+    pub reason: String,
+}
+
+/// Damage in a Zstandard session log that a crash cannot explain.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ZstdError {
+    /// A frame does not decode (bad magic, corrupt block, checksum
+    /// mismatch).
+    #[error("corrupt Zstandard session log: frame {frame} at byte {offset}: {reason}")]
+    Corrupt {
+        /// The frame's position (0 is the header frame).
+        frame: usize,
+        /// Its byte offset.
+        offset: u64,
+        /// The decoder's complaint.
+        reason: String,
+    },
+    /// The first frame is not exactly one line.
+    #[error("corrupt Zstandard session log: first frame is not exactly one header line ({reason})")]
+    HeaderFrame {
+        /// What it holds instead.
+        reason: String,
+    },
+    /// A complete frame ends inside a line.
+    #[error(
+        "corrupt Zstandard session log: complete frame {frame} at byte {offset} contains an unterminated JSONL record"
+    )]
+    Unterminated {
+        /// The frame's position.
+        frame: usize,
+        /// Its byte offset.
+        offset: u64,
+    },
+}
+
+/// Whether `bytes` start like a Zstandard frame.
+pub fn is_zstd(bytes: &[u8]) -> bool {
+    bytes.starts_with(&ZSTD_MAGIC)
+}
+
+/// Decodes a Zstandard session log (a sequence of frames: the header line,
+/// then one frame per append batch) into its JSONL text.
+///
+/// - Every complete frame is decoded and the texts are concatenated.
+/// - The first frame must be exactly one line ending in a newline, and every
+///   later complete frame must end in a newline (or be empty): a complete
+///   frame is a finished write, so a line it leaves open is damage, as the
+///   harness's own reader says.
+/// - A file that ends inside a frame (a torn final write, even one that
+///   lacks only its checksum) is a torn tail: what the partial frame still
+///   decodes is kept, and [`jsonl::read_session`] then drops its unterminated
+///   last line. A tail of zero bytes where a frame should start (a crash
+///   after the file grew but before its data landed) is torn too.
+/// - Anything that does not decode (bad magic, corrupt block, checksum
+///   mismatch) is [`ZstdError::Corrupt`]: bytes that are wrong, not missing.
+pub fn read_zstd_session(bytes: &[u8]) -> Result<ZstdText, ZstdError> {
+    use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
+    let corrupt = |frame: usize, offset: usize, reason: String| ZstdError::Corrupt {
+        frame,
+        offset: offset as u64,
+        reason,
+    };
+    let mut dec = Decoder::new().map_err(|e| corrupt(0, 0, e.to_string()))?;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut text = Vec::with_capacity(bytes.len() * 4);
+    let mut pos = 0;
+    let mut frames = 0;
+    let mut torn = None;
+    'frames: while pos < bytes.len() {
+        let start = pos;
+        let text_start = text.len();
+        if bytes[start..].iter().all(|&b| b == 0) {
+            torn = Some(TornFrame {
+                frame: frames,
+                offset: start as u64,
+                bytes: (bytes.len() - start) as u64,
+                decoded: 0,
+                reason: "zero-filled tail where a frame should start".into(),
+            });
+            break;
+        }
+        loop {
+            let mut input = InBuffer::around(&bytes[pos..]);
+            let mut output = OutBuffer::around(&mut buf[..]);
+            let hint = dec
+                .run(&mut input, &mut output)
+                .map_err(|e| corrupt(frames, start, e.to_string()))?;
+            let (read, written) = (input.pos(), output.pos());
+            text.extend_from_slice(&buf[..written]);
+            pos += read;
+            if hint == 0 {
+                break;
+            }
+            if pos == bytes.len() && written < buf.len() {
+                torn = Some(TornFrame {
+                    frame: frames,
+                    offset: start as u64,
+                    bytes: (bytes.len() - start) as u64,
+                    decoded: (text.len() - text_start) as u64,
+                    reason: "the file ends inside the frame (torn write)".into(),
+                });
+                break 'frames;
+            }
+            if read == 0 && written == 0 {
+                return Err(corrupt(
+                    frames,
+                    start,
+                    "the decoder made no progress".into(),
+                ));
+            }
+        }
+        let frame_text = &text[text_start..];
+        if frames == 0 {
+            let newlines = frame_text.iter().filter(|&&b| b == b'\n').count();
+            if newlines != 1 || frame_text.last() != Some(&b'\n') {
+                return Err(ZstdError::HeaderFrame {
+                    reason: format!(
+                        "{} bytes, {newlines} newline(s){}",
+                        frame_text.len(),
+                        if frame_text.last() == Some(&b'\n') {
+                            ""
+                        } else {
+                            ", unterminated"
+                        }
+                    ),
+                });
+            }
+        } else if frame_text.last().is_some_and(|&b| b != b'\n') {
+            return Err(ZstdError::Unterminated {
+                frame: frames,
+                offset: start as u64,
+            });
+        }
+        frames += 1;
+    }
+    Ok(ZstdText { text, frames, torn })
+}
+
+fn compressor() -> io::Result<zstd::bulk::Compressor<'static>> {
+    let mut c = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
+    c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
+    Ok(c)
+}
+
+/// Checks batch boundaries against `len` events: strictly increasing, each
+/// in `1..len`.
+fn check_boundaries(boundaries: &[usize], len: usize) -> io::Result<()> {
+    let mut prev = 0;
+    for &b in boundaries {
+        if b <= prev || b >= len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "batch boundaries must be strictly increasing and inside 1..{len}, got {boundaries:?}"
+                ),
+            ));
+        }
+        prev = b;
+    }
+    Ok(())
+}
+
+/// What a write produced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    /// Lines written after the header (events and packed rows).
+    pub rows: u64,
+    /// Packed rows among them.
+    pub packed_rows: u64,
+    /// Zstandard frames written (0 for plain JSONL).
+    pub frames: u64,
+}
+
+/// Writes a Zstandard session log as the harness's current backend does: a
+/// frame holding the header line, then one frame per batch, chunk runs
+/// packed inside each batch (a packed row never spans two batches).
+///
+/// `batch_boundaries` are the indices into `events` where a new batch
+/// starts: strictly increasing, each in `1..events.len()`; none gives one
+/// batch. Frames carry a content checksum. No events: the header frame only.
+pub fn write_zstd_session<'e>(
+    out: &mut impl Write,
+    header: &SessionHeader,
+    events: &'e [Event<'e>],
+    batch_boundaries: &[usize],
+) -> io::Result<()> {
+    write_zstd_session_with(out, header, events, batch_boundaries, true).map(drop)
+}
+
+/// [`write_zstd_session`], choosing whether to pack chunk runs.
+pub fn write_zstd_session_with<'e>(
+    out: &mut impl Write,
+    header: &SessionHeader,
+    events: &'e [Event<'e>],
+    batch_boundaries: &[usize],
+    pack: bool,
+) -> io::Result<WriteStats> {
+    check_boundaries(batch_boundaries, events.len())?;
+    let mut c = compressor()?;
+    let mut stats = WriteStats::default();
+    let mut plain = Vec::with_capacity(1 << 16);
+    header.write_json(&mut plain);
+    plain.push(b'\n');
+    out.write_all(&c.compress(&plain)?)?;
+    stats.frames += 1;
+    let mut start = 0;
+    let ends = batch_boundaries.iter().copied().chain([events.len()]);
+    for end in ends {
+        if start == end {
+            break; // no events at all
+        }
+        let batch = &events[start..end];
+        let rows: Vec<Row<'e>> = if pack {
+            pack_chunks(batch)
+        } else {
+            batch.iter().map(Row::Event).collect()
+        };
+        plain.clear();
+        write_rows(&mut plain, None, &rows);
+        out.write_all(&c.compress(&plain)?)?;
+        stats.frames += 1;
+        stats.rows += rows.len() as u64;
+        stats.packed_rows += rows.iter().filter(|r| matches!(r, Row::Packed(_))).count() as u64;
+        start = end;
+    }
+    Ok(stats)
+}
+
+/// Batch boundaries after every `turn/end` (the harness flushes at turn
+/// boundaries): the batches [`export_session`] writes as frames.
+pub fn turn_batches(events: &[Event<'_>]) -> Vec<usize> {
+    events
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| e.kind == "turn/end" && i + 1 < events.len())
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Root layouts
+// ---------------------------------------------------------------------------
+
+fn is_kept(c: u16) -> bool {
+    c < 0x80 && {
+        let b = c as u8;
+        b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-'
+    }
+}
+
+/// Escapes a session id into a file name, injectively, as the harness does:
+/// `[A-Za-z0-9._-]` kept; every other UTF-16 code unit (so `~`, and both
+/// halves of an astral character) written `~XXXX` with 4 upper-case hex
+/// digits. The whole ids `.` and `..` (which name directories) are escaped
+/// unit by unit: `~002E` and `~002E~002E`, so no id escapes to a name the
+/// file system treats specially. The empty id escapes to the empty string
+/// (which names no file: the store never holds an empty id).
+///
+/// ```
+/// use sessionlog::adapters::harness::id_escape;
+/// assert_eq!(id_escape("a/b"), "a~002Fb");
+/// assert_eq!(id_escape("~"), "~007E");
+/// assert_eq!(id_escape(".."), "~002E~002E");
+/// assert_eq!(id_escape("a..b"), "a..b");
+/// ```
+pub fn id_escape(id: &str) -> String {
+    if id == "." || id == ".." {
+        return "~002E".repeat(id.len());
+    }
+    let mut out = String::with_capacity(id.len());
+    for unit in id.encode_utf16() {
+        if is_kept(unit) {
+            out.push(unit as u8 as char);
+        } else {
+            out.push_str(&format!("~{unit:04X}"));
+        }
+    }
+    out
+}
+
+/// Reverses [`id_escape`]. `None` for a name [`id_escape`] never produces:
+/// a character outside the kept set, a `~` not followed by 4 upper-case hex
+/// digits, a needless escape (`~0041`), a bare `.` or `..`, or escapes that
+/// are not valid UTF-16 (a lone surrogate).
+pub fn id_unescape(name: &str) -> Option<String> {
+    let b = name.as_bytes();
+    let mut units = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'~' {
+            let hex = b.get(i + 1..i + 5)?;
+            if !hex
+                .iter()
+                .all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(c))
+            {
+                return None;
+            }
+            units.push(u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
+            i += 5;
+        } else if is_kept(u16::from(b[i])) {
+            units.push(u16::from(b[i]));
+            i += 1;
+        } else {
+            return None;
+        }
+    }
+    let id = String::from_utf16(&units).ok()?;
+    (id_escape(&id) == name).then_some(id)
+}
+
+/// The older layout's directory for a working directory:
+/// `cwd-<first 12 lower-case hex digits of sha256(cwd as UTF-8)>`, or
+/// `_no-cwd` when the session has none.
+///
+/// ```
+/// use sessionlog::adapters::harness::cwd_dir_name;
+/// assert_eq!(cwd_dir_name(None), "_no-cwd");
+/// assert_eq!(cwd_dir_name(Some("/")), "cwd-8a5edab28263");
+/// ```
+pub fn cwd_dir_name(cwd: Option<&str>) -> String {
+    use sha2::{Digest, Sha256};
+    let Some(cwd) = cwd else {
+        return NO_CWD_DIR.to_owned();
+    };
+    let digest = Sha256::digest(cwd.as_bytes());
+    let mut out = String::from("cwd-");
+    for b in &digest[..6] {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+fn is_older_layout_dir(name: &str) -> bool {
+    name == NO_CWD_DIR
+        || name.strip_prefix("cwd-").is_some_and(|h| {
+            h.len() == 12
+                && h.bytes()
+                    .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+        })
+}
+
+/// Finds every session file under a harness sessions root, sorted:
+///
+/// - older layout: `<root>/cwd-<12 hex>/<name>.jsonl` and
+///   `<root>/_no-cwd/<name>.jsonl` (regular files);
+/// - current layout: `<root>/<any project dir>/<dir>/session.jsonl.zstd`, or
+///   `session.jsonl` when that directory has no compressed log (the
+///   compressed one is the backend's default and wins when both exist).
+///
+/// Symbolic links are not followed. A missing or unreadable root is an
+/// error; entries that vanish while walking are skipped.
+pub fn find_sessions(root: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for project in std::fs::read_dir(root)? {
+        let project = project?;
+        if !project.file_type()?.is_dir() {
+            continue;
+        }
+        let older = is_older_layout_dir(&project.file_name().to_string_lossy());
+        let Ok(entries) = std::fs::read_dir(project.path()) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let path = entry.path();
+            if kind.is_file() {
+                if older && path.extension().is_some_and(|e| e == "jsonl") {
+                    found.push(path);
+                }
+            } else if kind.is_dir() {
+                let is_file =
+                    |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_file());
+                let zstd = path.join(ZSTD_FILE_NAME);
+                let plain = path.join(PLAIN_FILE_NAME);
+                if is_file(&zstd) {
+                    found.push(zstd);
+                } else if is_file(&plain) {
+                    found.push(plain);
+                }
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Where a session goes in a root the harness loads: the current layout,
+/// `<root>/<cwd_dir_name(cwd)>/<id_escape(id)>/session.jsonl[.zstd]`.
+pub fn export_path(root: &Path, header: &SessionHeader, zstd: bool) -> PathBuf {
+    root.join(cwd_dir_name(header.cwd.as_deref()))
+        .join(id_escape(&header.id))
+        .join(if zstd {
+            ZSTD_FILE_NAME
+        } else {
+            PLAIN_FILE_NAME
+        })
+}
+
+// ---------------------------------------------------------------------------
+// Import and export
+// ---------------------------------------------------------------------------
+
+/// How [`import_file`] treats an existing session and an open last turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImportOptions {
+    /// Replace a stored session with the same id (otherwise an error).
+    pub replace: bool,
+    /// Close an unclosed last turn after importing ([`Store::repair`]).
+    pub repair: bool,
+}
+
+impl Default for ImportOptions {
+    fn default() -> Self {
+        ImportOptions {
+            replace: false,
+            repair: true,
+        }
+    }
+}
+
+/// What [`import_file`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportReport {
+    /// The file.
+    pub path: PathBuf,
+    /// The session id (from the file's header).
+    pub id: String,
+    /// Whether the file was a Zstandard log.
+    pub zstd: bool,
+    /// Events read from the file (packed rows expanded) and stored.
+    pub events: u64,
+    /// Whether anything was stored: a file with no events stores nothing
+    /// (the store keeps a session from its first event on).
+    pub stored: bool,
+    /// Whether a stored session with the same id was replaced.
+    pub replaced: bool,
+    /// The torn last line that was dropped, if any.
+    pub torn: Option<TornTail>,
+    /// The torn final Zstandard frame, if any.
+    pub torn_frame: Option<TornFrame>,
+    /// The closers appended to close an unclosed last turn.
+    pub closers: Vec<OwnedEvent>,
+    /// The last turn was left open (`repair: false`). The store closes it
+    /// the next time it opens the session from disk.
+    pub left_open: bool,
+}
+
+/// Why [`import_file`] stored nothing. In every case the store is as it was.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The file could not be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The Zstandard stream is damaged.
+    #[error("{}: {source}", path.display())]
+    Zstd {
+        /// The file.
+        path: PathBuf,
+        /// Where and what.
+        source: ZstdError,
+    },
+    /// The log breaks a rule of the session model (or a packed row is
+    /// malformed, or a line is damaged before the end): the file's line
+    /// (1-based, the header is line 1; for a Zstandard log, a line of its
+    /// decoded text) and the event's seq, where they are known.
+    #[error("{}: corrupt{}{}: {violation}", path.display(),
+        line.map(|l| format!(" at line {l}")).unwrap_or_default(),
+        seq.map(|s| format!(" (seq {s})")).unwrap_or_default())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// The line.
+        line: Option<u64>,
+        /// The seq.
+        seq: Option<u64>,
+        /// The rule and reason.
+        violation: Violation,
+    },
+    /// A session with this id is stored and `replace` was not asked.
+    #[error("{}: session {id:?} already exists (import with replace to overwrite it)", path.display())]
+    Exists {
+        /// The file.
+        path: PathBuf,
+        /// The id.
+        id: String,
+    },
+    /// The store failed; the half-imported session was removed (and the
+    /// replaced one restored).
+    #[error("{}: storing session {id:?}: {source}", path.display())]
+    Store {
+        /// The file.
+        path: PathBuf,
+        /// The id.
+        id: String,
+        /// The store's error.
+        source: Box<store::Error>,
+    },
+    /// Replacing failed and the replaced session could not be restored
+    /// either: it is gone from the store.
+    #[error("{}: replacing session {id:?} failed ({error}) and restoring the old session failed too: {restore}", path.display())]
+    ReplaceLost {
+        /// The file.
+        path: PathBuf,
+        /// The id.
+        id: String,
+        /// Why the import failed.
+        error: Box<ImportError>,
+        /// Why the restore failed.
+        restore: Box<store::Error>,
+    },
+}
+
+/// The seq range a line holds: `(first, count)`.
+fn line_seqs(line: &[u8]) -> Option<(u64, u64)> {
+    let text = std::str::from_utf8(line).ok()?;
+    let f = Fields::parse(text.strip_suffix('\r').unwrap_or(text)).ok()?;
+    if let Some(seq0) = f.get("seq0").and_then(json::safe_u64) {
+        let data = json::object(f.get("data")?)?;
+        let pieces = data.get("texts").or_else(|| data.get("args"))?;
+        return Some((seq0, json::array(pieces)?.len() as u64));
+    }
+    Some((f.get("seq").and_then(json::safe_u64)?, 1))
+}
+
+/// The (line, seq) a violation points at, as far as the text tells.
+fn locate(text: &[u8], v: &Violation) -> (Option<u64>, Option<u64>) {
+    match v.location {
+        Location::Line(l) => {
+            let seq = text
+                .split(|&b| b == b'\n')
+                .nth(l.saturating_sub(1) as usize)
+                .and_then(line_seqs)
+                .map(|(s, _)| s);
+            (Some(l), seq)
+        }
+        Location::Seq(s) => {
+            // Walk the contiguous prefix. A contiguity violation is the
+            // first line that breaks it; any other names a seq inside it.
+            let mut next = 0;
+            for (i, line) in text.split(|&b| b == b'\n').enumerate().skip(1) {
+                let Some((first, n)) = line_seqs(line) else {
+                    continue;
+                };
+                let holds = (first..first.saturating_add(n)).contains(&s);
+                if first != next || (holds && v.rule != Rule::Contiguity) {
+                    return (holds.then_some(i as u64 + 1), Some(s));
+                }
+                next = first.saturating_add(n);
+            }
+            (None, Some(s))
+        }
+    }
+}
+
+/// Events per append when importing, and a bound on their estimated size
+/// (well under the store's record limit).
+const IMPORT_BATCH_EVENTS: usize = 4096;
+const IMPORT_BATCH_BYTES: usize = 16 << 20;
+
+fn append_batches(store: &Store, id: &str, events: &[Event<'_>]) -> store::Result<()> {
+    let mut start = 0;
+    let mut size = 0;
+    for (i, e) in events.iter().enumerate() {
+        let estimate = e.kind.len() + e.data.get().len() + 64;
+        if i > start && (i - start >= IMPORT_BATCH_EVENTS || size + estimate > IMPORT_BATCH_BYTES) {
+            store.append(id, &events[start..i])?;
+            start = i;
+            size = 0;
+        }
+        size += estimate;
+    }
+    store.append(id, &events[start..])
+}
+
+/// Whether a file is a Zstandard log: by its extension (`.zstd`, `.zst`),
+/// or by its first bytes (a JSONL file starts with `{`, never with the
+/// Zstandard magic number).
+fn is_zstd_file(path: &Path, bytes: &[u8]) -> bool {
+    path.extension().is_some_and(|e| e == "zstd" || e == "zst") || is_zstd(bytes)
+}
+
+/// Imports one harness session file (plain JSONL, with or without packed
+/// rows, or a Zstandard log) into `store`, under the id in its header.
+///
+/// The whole file is read and folded through the session model first (the
+/// same checks as an append), so a damaged log stores nothing: the error
+/// names the file, line and seq. A torn tail (last line, or final frame) is
+/// dropped and reported. An existing session with the same id is an error
+/// unless `replace`; then it is deleted and, should storing the new one
+/// fail, restored. If an append fails midway the half-imported session is
+/// deleted. An unclosed last turn is stored as it was and then closed with
+/// [`Store::repair`] unless `repair` is false.
+pub fn import_file(
+    store: &Store,
+    path: &Path,
+    opts: ImportOptions,
+) -> Result<ImportReport, ImportError> {
+    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let zstd = is_zstd_file(path, &bytes);
+    let (text, torn_frame) = if zstd {
+        let z = read_zstd_session(&bytes).map_err(|source| ImportError::Zstd {
+            path: path.to_owned(),
+            source,
+        })?;
+        (z.text, z.torn)
+    } else {
+        (bytes, None)
+    };
+    let corrupt = |violation: Violation| {
+        let (line, seq) = locate(&text, &violation);
+        ImportError::Corrupt {
+            path: path.to_owned(),
+            line,
+            seq,
+            violation,
+        }
+    };
+    let session = jsonl::read_session(&text, false).map_err(corrupt)?;
+    let header = session.header.header.clone();
+    let id = header.id.clone();
+    let open = !session.state.closers().is_empty();
+    let store_err = |source: store::Error| match source {
+        store::Error::Rejected { violation, .. } => corrupt(violation),
+        source => ImportError::Store {
+            path: path.to_owned(),
+            id: id.clone(),
+            source: Box::new(source),
+        },
+    };
+
+    // Declare the session, setting aside the one it replaces.
+    let mut old: Option<(SessionHeader, Vec<OwnedEvent>)> = None;
+    let mut replaced = false;
+    match store.create(header.clone()) {
+        Ok(()) => {}
+        Err(store::Error::Exists(_)) if opts.replace => {
+            // A stored session that no longer loads cannot be restored:
+            // replacing it is what was asked.
+            old = store.load(&id).ok();
+            store.delete(&id).map_err(store_err)?;
+            replaced = true;
+            if let Err(e) = store.create(header.clone()) {
+                return Err(put_back(store, path, &id, old, store_err(e)));
+            }
+        }
+        Err(store::Error::Exists(_)) => {
+            return Err(ImportError::Exists {
+                path: path.to_owned(),
+                id,
+            });
+        }
+        Err(e) => return Err(store_err(e)),
+    }
+    let mut report = ImportReport {
+        path: path.to_owned(),
+        id: id.clone(),
+        zstd,
+        events: session.events.len() as u64,
+        stored: !session.events.is_empty(),
+        replaced,
+        torn: session.torn.clone(),
+        torn_frame,
+        closers: Vec::new(),
+        left_open: false,
+    };
+    if session.events.is_empty() {
+        // Nothing to store; leave no declared-but-empty session behind.
+        let _ = store.delete(&id);
+        return Ok(report);
+    }
+    let stored = append_batches(store, &id, &session.events).and_then(|()| {
+        if open && opts.repair {
+            store.repair(&id)
+        } else {
+            Ok(Vec::new())
+        }
+    });
+    match stored {
+        Ok(closers) => {
+            report.left_open = open && !opts.repair;
+            report.closers = closers;
+            Ok(report)
+        }
+        Err(e) => {
+            // Leave no half-imported session behind.
+            let _ = store.delete(&id);
+            Err(put_back(store, path, &id, old, store_err(e)))
+        }
+    }
+}
+
+/// After a failed import: puts the replaced session back, if there was one,
+/// and gives the error to report.
+fn put_back(
+    store: &Store,
+    path: &Path,
+    id: &str,
+    old: Option<(SessionHeader, Vec<OwnedEvent>)>,
+    error: ImportError,
+) -> ImportError {
+    let Some((header, events)) = old else {
+        return error;
+    };
+    let _ = store.delete(id);
+    let restored = store.create(header).and_then(|()| {
+        if events.is_empty() {
+            Ok(())
+        } else {
+            append_batches(store, id, &events)
+        }
+    });
+    match restored {
+        Ok(()) => error,
+        Err(restore) => {
+            let _ = store.delete(id);
+            ImportError::ReplaceLost {
+                path: path.to_owned(),
+                id: id.to_owned(),
+                error: Box::new(error),
+                restore: Box::new(restore),
+            }
+        }
+    }
+}
+
+/// How [`export_session`] writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExportOptions {
+    /// Pack chunk runs into rows, as the harness's current form does.
+    pub pack_chunks: bool,
+    /// Write a Zstandard log (a header frame, then one frame per turn).
+    pub zstd: bool,
+}
+
+/// What [`export_session`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportReport {
+    /// The session's header as written.
+    pub header: SessionHeader,
+    /// Events written (inside packed rows or not).
+    pub events: u64,
+    /// Lines, packed rows and frames written.
+    pub stats: WriteStats,
+}
+
+/// Why an export failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// The store could not load the session.
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    /// Writing failed.
+    #[error("writing the export: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Writes a stored session as a harness session file: plain JSONL, with
+/// chunk runs packed if asked, or a Zstandard log with one frame per turn
+/// (batches end after each `turn/end`, see [`turn_batches`]).
+pub fn export_session(
+    store: &Store,
+    id: &str,
+    out: &mut impl Write,
+    opts: ExportOptions,
+) -> Result<ExportReport, ExportError> {
+    let (header, events) = store.load(id)?;
+    let stats = if opts.zstd {
+        let batches = turn_batches(&events);
+        write_zstd_session_with(out, &header, &events, &batches, opts.pack_chunks)?
+    } else {
+        let rows: Vec<Row<'_>> = if opts.pack_chunks {
+            pack_chunks(&events)
+        } else {
+            events.iter().map(Row::Event).collect()
+        };
+        let mut buf = Vec::with_capacity(1 << 16);
+        write_rows(&mut buf, Some(&header), &rows);
+        out.write_all(&buf)?;
+        WriteStats {
+            rows: rows.len() as u64,
+            packed_rows: rows.iter().filter(|r| matches!(r, Row::Packed(_))).count() as u64,
+            frames: 0,
+        }
+    };
+    Ok(ExportReport {
+        header,
+        events: events.len() as u64,
+        stats,
+    })
+}
+
+/// Exports a stored session into a harness sessions root, at
+/// [`export_path`] (creating its directories); the file is written and
+/// synced beside it, then renamed into place. Returns its path.
+pub fn export_session_to_root(
+    store: &Store,
+    id: &str,
+    root: &Path,
+    opts: ExportOptions,
+) -> Result<PathBuf, ExportError> {
+    let mut buf = Vec::new();
+    let report = export_session(store, id, &mut buf, opts)?;
+    let path = export_path(root, &report.header, opts.zstd);
+    let dir = path.parent().expect("export paths have a parent");
+    std::fs::create_dir_all(dir)?;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&buf)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(seq: u64, time: i64, data: &str) -> OwnedEvent {
+        Event::new("assistant/chunk", seq, time, data).unwrap()
+    }
+
+    fn text(seq: u64, time: i64, index: u32, t: &str) -> OwnedEvent {
+        chunk(
+            seq,
+            time,
+            &format!(
+                r#"{{"turn":1,"step":1,"chunk":{{"type":"text-delta","index":{index},"text":"{t}"}}}}"#
+            ),
+        )
+    }
+
+    fn round_trip(events: &[OwnedEvent]) -> Vec<Row<'_>> {
+        let header = SessionHeader::new("s", 0);
+        let mut out = Vec::new();
+        write_session_packed(&mut out, &header, events).unwrap();
+        let back = jsonl::read_session(&out, false).unwrap();
+        assert_eq!(back.events, events);
+        pack_chunks(events)
+    }
+
+    #[test]
+    fn runs_shorter_than_three_stay_verbatim() {
+        let ev = vec![text(0, 0, 0, "a"), text(1, 1, 0, "b"), text(2, 2, 1, "c")];
+        assert!(round_trip(&ev).iter().all(|r| matches!(r, Row::Event(_))));
+    }
+
+    #[test]
+    fn non_exact_shapes_break_runs() {
+        let ev = vec![
+            text(0, 0, 0, "a"),
+            text(1, 1, 0, "b"),
+            // Whitespace: expansion would not give these bytes back.
+            chunk(
+                2,
+                2,
+                r#"{"turn":1, "step":1,"chunk":{"type":"text-delta","index":0,"text":"c"}}"#,
+            ),
+            text(3, 3, 0, "d"),
+        ];
+        assert_eq!(round_trip(&ev).len(), 4);
+        let ev = vec![text(0, 0, 0, "a"), text(1, 1, 0, "b"), text(2, 2, 0, "c")];
+        assert_eq!(round_trip(&ev).len(), 1);
+    }
+
+    #[test]
+    fn unsafe_gaps_split_runs() {
+        let max = json::MAX_SAFE_INTEGER as i64;
+        let ev = vec![
+            text(0, -max, 0, "a"),
+            text(1, -max, 0, "b"),
+            text(2, -max, 0, "c"),
+            text(3, max, 0, "d"),
+            text(4, max, 0, "e"),
+            text(5, max - 7, 0, "f"),
+        ];
+        let rows = round_trip(&ev);
+        assert_eq!(rows.len(), 2);
+        let Row::Packed(p) = &rows[1] else { panic!() };
+        assert_eq!(p.dt, vec![0, -7]);
+    }
+
+    #[test]
+    fn tool_calls_need_id_and_same_name() {
+        let tc = |seq, name: &str, id: &str| {
+            chunk(
+                seq,
+                seq as i64,
+                &format!(
+                    r#"{{"turn":1,"step":1,"chunk":{{"type":"tool-call-delta","index":1,"id":"{id}"{name},"argumentsDelta":"x"}}}}"#
+                ),
+            )
+        };
+        let named = r#","name":"bash""#;
+        let ev = vec![
+            tc(0, named, "c"),
+            tc(1, named, "c"),
+            tc(2, named, "c"),
+            tc(3, "", "c"),
+            tc(4, "", "c"),
+            tc(5, "", "c"),
+            tc(6, "", ""),
+            tc(7, "", ""),
+            tc(8, "", ""),
+        ];
+        let rows = round_trip(&ev);
+        assert_eq!(rows.len(), 5);
+        assert_eq!(
+            rows[0].to_json(),
+            r#"{"type":"tool-call-chunks","seq0":0,"time0":0,"data":{"turn":1,"step":1,"index":1,"dt":[1,1],"id":"c","name":"bash","args":["x","x","x"]}}"#
+        );
+        assert_eq!(
+            rows[1].to_json(),
+            r#"{"type":"tool-call-chunks","seq0":3,"time0":3,"data":{"turn":1,"step":1,"index":1,"dt":[1,1],"id":"c","args":["x","x","x"]}}"#
+        );
+    }
+
+    #[test]
+    fn escapes_round_trip() {
+        for id in ["a/b", "~", "é", "😀", ".", "..", "...", "a b", "x~0041"] {
+            assert_eq!(id_unescape(&id_escape(id)).as_deref(), Some(id), "{id}");
+        }
+        for bad in [".", "..", "~0041", "~002f", "a/b", "~D83D", "~00"] {
+            assert_eq!(id_unescape(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn locates_seqs_in_packed_text() {
+        let t = b"{\"type\":\"session\"}\n{\"type\":\"text-chunks\",\"seq0\":0,\"time0\":0,\"data\":{\"texts\":[\"a\",\"b\",\"c\"]}}\n{\"type\":\"x\",\"seq\":3}\n{\"type\":\"x\",\"seq\":3}\n";
+        let at = |loc, rule| locate(t, &Violation::new(loc, rule, ""));
+        assert_eq!(at(Location::Seq(1), Rule::Provenance), (Some(2), Some(1)));
+        assert_eq!(at(Location::Seq(3), Rule::Provenance), (Some(3), Some(3)));
+        assert_eq!(at(Location::Seq(3), Rule::Contiguity), (Some(4), Some(3)));
+        assert_eq!(at(Location::Line(4), Rule::Json), (Some(4), Some(3)));
+    }
+}
