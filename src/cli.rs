@@ -13,7 +13,7 @@
 use clap::{Parser, Subcommand};
 use sessionlog::adapters::jsonl::{self, JsonlSession};
 use sessionlog::derive;
-use sessionlog::event::{Event, OwnedEvent};
+use sessionlog::event::OwnedEvent;
 use sessionlog::header::SessionHeader;
 use sessionlog::manifest::MANIFEST_FILE;
 use sessionlog::store::{self, Options, Store};
@@ -81,24 +81,66 @@ enum Command {
         #[arg(value_name = "FILE|ID")]
         target: OsString,
     },
-    /// Store mode: import harness JSONL files, one session each.
+    /// Store mode: import harness sessions: session files (`.jsonl`, plain
+    /// or with packed rows, or `.jsonl.zstd`), harness roots (directories),
+    /// and SQLite schema-4 databases (`.db`).
     Import {
         /// Store the session under this id instead of the header's (only
-        /// with a single FILE).
+        /// with a single session file).
         #[arg(long, value_name = "ID")]
         id: Option<String>,
-        /// Harness session files.
-        #[arg(required = true, value_name = "FILE")]
+        /// Replace sessions that already exist (otherwise an error).
+        #[arg(long)]
+        replace: bool,
+        /// Keep an unclosed last turn open instead of repairing it.
+        #[arg(long)]
+        no_repair: bool,
+        /// No progress bar.
+        #[arg(long, short)]
+        quiet: bool,
+        /// Session files, harness roots or `.db` files.
+        #[arg(required = true, value_name = "PATH")]
         files: Vec<PathBuf>,
+    },
+    /// Store mode: export sessions as harness JSONL (plain, packed rows or
+    /// zstd) to stdout, a file, a harness root directory, or a SQLite
+    /// schema-4 database (`--to FILE.db`).
+    Export {
+        /// The sessions to export.
+        #[arg(value_name = "ID", required_unless_present = "all")]
+        ids: Vec<String>,
+        /// Export every session.
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+        /// Where: a file, a directory (the harness root layout), a `.db`
+        /// file, or `-` for standard output (the default).
+        #[arg(long, value_name = "FILE|DIR|-")]
+        to: Option<PathBuf>,
+        /// Pack runs of 3+ delta chunks into rows, as the harness writes.
+        #[arg(long)]
+        pack_chunks: bool,
+        /// Write Zstandard logs (a header frame, then one frame per turn).
+        #[arg(long)]
+        zstd: bool,
+        /// No progress bar.
+        #[arg(long, short)]
+        quiet: bool,
     },
     /// Store mode: list the sessions, one per line: id, createdAt,
     /// parentSession (`-` when none), tab separated, sorted by id.
-    Ls,
+    Ls {
+        /// Print a JSON array of the session headers instead.
+        #[arg(long)]
+        json: bool,
+    },
     /// Store mode: check every checksum of one session (or all) and fold it
     /// again; print `OK ID events=N segments=S bytes=B` per session.
     Verify {
         /// A session id (default: every session).
         id: Option<String>,
+        /// No progress bar.
+        #[arg(long, short)]
+        quiet: bool,
     },
     /// Store mode: fork SRC into a new session CHILD seeded with SRC's first
     /// events; the child ends its seed with `session/end-seed`.
@@ -121,6 +163,9 @@ enum Command {
     Stats {
         /// A session id (default: every session).
         id: Option<String>,
+        /// Print a JSON array of per-session objects instead.
+        #[arg(long)]
+        json: bool,
     },
     /// Run the whole job end to end in a fresh store: generate sessions,
     /// append, crash in a tool call, reopen and repair, derive, export.
@@ -133,7 +178,7 @@ enum Command {
 
 /// How a command failed, and so which exit code it gets.
 #[derive(Debug)]
-enum Failure {
+pub(crate) enum Failure {
     /// Invalid input or data: exit 1.
     Invalid(String),
     /// Usage: exit 2.
@@ -143,7 +188,7 @@ enum Failure {
 }
 
 impl Failure {
-    fn code(&self) -> u8 {
+    pub(crate) fn code(&self) -> u8 {
         match self {
             Failure::Invalid(_) => 1,
             Failure::Usage(_) => 2,
@@ -151,18 +196,9 @@ impl Failure {
         }
     }
 
-    fn message(&self) -> &str {
+    pub(crate) fn message(&self) -> &str {
         match self {
             Failure::Invalid(m) | Failure::Usage(m) | Failure::Io(m) => m,
-        }
-    }
-
-    /// Prefixes the message with what it is about.
-    fn context(self, what: impl std::fmt::Display) -> Failure {
-        match self {
-            Failure::Invalid(m) => Failure::Invalid(format!("{what}: {m}")),
-            Failure::Usage(m) => Failure::Usage(format!("{what}: {m}")),
-            Failure::Io(m) => Failure::Io(format!("{what}: {m}")),
         }
     }
 }
@@ -222,7 +258,7 @@ fn load<'a>(path: &Path, bytes: &'a [u8], strict: bool) -> Result<JsonlSession<'
     Ok(session)
 }
 
-fn io_err(e: io::Error) -> Failure {
+pub(crate) fn io_err(e: io::Error) -> Failure {
     Failure::Io(format!("writing output: {e}"))
 }
 
@@ -288,7 +324,8 @@ fn run_file(command: Command, out: &mut impl Write) -> Result<(), Failure> {
             write_events(out, &s.state.closers())
         }
         Command::Import { .. } => Err(needs_store("import")),
-        Command::Ls => Err(needs_store("ls")),
+        Command::Export { .. } => Err(needs_store("export")),
+        Command::Ls { .. } => Err(needs_store("ls")),
         Command::Verify { .. } => Err(needs_store("verify")),
         Command::Fork { .. } => Err(needs_store("fork")),
         Command::Rm { .. } => Err(needs_store("rm")),
@@ -314,7 +351,7 @@ fn write_events(out: &mut impl Write, events: &[OwnedEvent]) -> Result<(), Failu
 
 /// The exit code of a store error: bad data or a bad request is 1, anything
 /// about the files or the lock is 3.
-fn store_err(e: store::Error) -> Failure {
+pub(crate) fn store_err(e: store::Error) -> Failure {
     use store::Error as E;
     let m = e.to_string();
     match e {
@@ -330,13 +367,13 @@ fn store_err(e: store::Error) -> Failure {
     }
 }
 
-fn open_read_only(dir: &Path) -> Result<Store, Failure> {
+pub(crate) fn open_read_only(dir: &Path) -> Result<Store, Failure> {
     Store::open_read_only(dir).map_err(store_err)
 }
 
 /// Opens the store with its write lock. Only `import` creates a store: the
 /// other write commands need an existing one.
-fn open_writer(dir: &Path, create: bool) -> Result<Store, Failure> {
+pub(crate) fn open_writer(dir: &Path, create: bool) -> Result<Store, Failure> {
     if !create && !dir.join(MANIFEST_FILE).is_file() {
         return Err(Failure::Io(format!(
             "{}: no store here (`import` creates one)",
@@ -417,11 +454,57 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             write_events(out, &closers)?;
             store.close().map_err(store_err)
         }
-        Command::Import { id, files } => import(dir, id, &files, out),
-        Command::Ls => {
+        Command::Import {
+            id,
+            replace,
+            no_repair,
+            quiet,
+            files,
+        } => crate::transfer::import(
+            dir,
+            &files,
+            crate::transfer::ImportArgs {
+                id,
+                replace,
+                no_repair,
+                quiet,
+            },
+            out,
+        ),
+        Command::Export {
+            ids,
+            all,
+            to,
+            pack_chunks,
+            zstd,
+            quiet,
+        } => crate::transfer::export(
+            dir,
+            crate::transfer::ExportArgs {
+                ids,
+                all,
+                to,
+                pack_chunks,
+                zstd,
+                quiet,
+            },
+            out,
+        ),
+        Command::Ls { json } => {
             let store = open_read_only(dir)?;
             let mut headers = store.list();
             headers.sort_by(|a, b| a.id.cmp(&b.id));
+            if json {
+                let mut buf = b"[".to_vec();
+                for (i, h) in headers.iter().enumerate() {
+                    if i > 0 {
+                        buf.push(b',');
+                    }
+                    h.write_json(&mut buf);
+                }
+                buf.extend_from_slice(b"]\n");
+                return out.write_all(&buf).map_err(io_err);
+            }
             for h in headers {
                 writeln!(
                     out,
@@ -434,7 +517,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             }
             Ok(())
         }
-        Command::Verify { id } => {
+        Command::Verify { id, quiet } => {
             let store = open_read_only(dir)?;
             let ids = match id {
                 Some(id) => vec![id],
@@ -442,18 +525,23 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             };
             let mut worst: Option<Failure> = None;
             let mut failed = 0;
+            let mut progress = crate::transfer::Progress::new("verify", ids.len() as u64, quiet);
             for id in &ids {
                 match store.verify(id) {
-                    Ok(r) => writeln!(
-                        out,
-                        "OK {id} events={} segments={} bytes={}",
-                        r.events, r.segments, r.bytes
-                    )
-                    .map_err(io_err)?,
+                    Ok(r) => {
+                        progress.println(
+                            out,
+                            &format!(
+                                "OK {id} events={} segments={} bytes={}",
+                                r.events, r.segments, r.bytes
+                            ),
+                        )?;
+                        progress.done(r.events);
+                    }
                     Err(e) => {
                         let f = store_err(e);
-                        writeln!(out, "FAIL {id}").map_err(io_err)?;
-                        out.flush().map_err(io_err)?;
+                        progress.println(out, &format!("FAIL {id}"))?;
+                        progress.done(0);
                         eprintln!("error: {}", f.message());
                         failed += 1;
                         if worst.as_ref().is_none_or(|w| w.code() < f.code()) {
@@ -462,6 +550,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
                     }
                 }
             }
+            progress.finish();
             match worst {
                 None => Ok(()),
                 Some(f) if ids.len() == 1 => Err(f),
@@ -504,7 +593,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             store.close().map_err(store_err)
         }
         Command::Demo { .. } => unreachable!("handled before the mode split"),
-        Command::Stats { id } => {
+        Command::Stats { id, json } => {
             let store = open_read_only(dir)?;
             let all = id.is_none();
             let ids = match id {
@@ -512,13 +601,28 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
                 None => sorted_ids(&store),
             };
             let mut total = Totals::default();
+            let mut objects = Vec::new();
             for id in &ids {
                 let s = store.stats(id).map_err(store_err)?;
                 total.add(&s);
-                let age = s
+                let age_secs = s
                     .checkpoint_modified
                     .and_then(|t| SystemTime::now().duration_since(t).ok())
-                    .map_or_else(|| "none".to_owned(), |d| format!("{}s", d.as_secs()));
+                    .map(|d| d.as_secs());
+                if json {
+                    objects.push(serde_json::json!({
+                        "id": id,
+                        "events": s.events,
+                        "segments": s.segments,
+                        "bytes": s.bytes,
+                        "jsonlBytes": s.jsonl_bytes,
+                        "ratio": if s.jsonl_bytes == 0 { None } else { Some(s.bytes as f64 / s.jsonl_bytes as f64) },
+                        "eventsSinceCheckpoint": s.events_since_checkpoint,
+                        "checkpointAgeSeconds": age_secs,
+                    }));
+                    continue;
+                }
+                let age = age_secs.map_or_else(|| "none".to_owned(), |d| format!("{d}s"));
                 writeln!(
                     out,
                     "{id} events={} segments={} bytes={} bytes/event={} jsonl_bytes={} ratio={} since_checkpoint={} checkpoint_age={age}",
@@ -531,6 +635,9 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
                     s.events_since_checkpoint,
                 )
                 .map_err(io_err)?;
+            }
+            if json {
+                return writeln!(out, "{}", serde_json::Value::Array(objects)).map_err(io_err);
             }
             if all {
                 writeln!(
@@ -585,118 +692,4 @@ fn ratio(bytes: u64, jsonl_bytes: u64) -> String {
     } else {
         format!("{:.3}", bytes as f64 / jsonl_bytes as f64)
     }
-}
-
-/// Events per append when importing, and a bound on their estimated size
-/// (well under the record limit).
-const IMPORT_CHUNK_EVENTS: usize = 4096;
-const IMPORT_CHUNK_BYTES: usize = 16 << 20;
-
-fn import(
-    dir: &Path,
-    id: Option<String>,
-    files: &[PathBuf],
-    out: &mut impl Write,
-) -> Result<(), Failure> {
-    if id.is_some() && files.len() != 1 {
-        return Err(Failure::Usage(
-            "`import --id ID` takes exactly one FILE".into(),
-        ));
-    }
-    let store = open_writer(dir, true)?;
-    let mut worst: Option<Failure> = None;
-    let mut failed = 0usize;
-    for file in files {
-        match import_file(&store, file, id.as_deref()) {
-            Ok(line) => {
-                writeln!(out, "{line}").map_err(io_err)?;
-            }
-            Err((f, fatal)) => {
-                out.flush().map_err(io_err)?;
-                eprintln!("error: {}", f.message());
-                failed += 1;
-                let code = f.code();
-                if worst.as_ref().is_none_or(|w| w.code() < code) {
-                    worst = Some(f);
-                }
-                if fatal {
-                    // The store itself failed: later files would too.
-                    let _ = store.close();
-                    return Err(Failure::Io(format!(
-                        "import stopped after {failed} failed file(s)"
-                    )));
-                }
-            }
-        }
-    }
-    store.close().map_err(store_err)?;
-    match worst {
-        None => Ok(()),
-        Some(f) => {
-            let m = format!("{failed} of {} files were not imported", files.len());
-            Err(match f {
-                Failure::Io(_) => Failure::Io(m),
-                _ => Failure::Invalid(m),
-            })
-        }
-    }
-}
-
-/// Imports one file. On failure the store is left without the session; the
-/// flag says whether the store itself failed (stop importing).
-fn import_file(store: &Store, file: &Path, id: Option<&str>) -> Result<String, (Failure, bool)> {
-    let shown = file.display();
-    let bytes = read_file(file).map_err(|f| (f, false))?;
-    let s = load(file, &bytes, false).map_err(|f| (f, false))?;
-    let mut header = s.header.header.clone();
-    if let Some(id) = id {
-        header.id = id.to_owned();
-    }
-    let id = header.id.clone();
-    if s.events.is_empty() {
-        // A session is stored from its first event: nothing to import.
-        return Ok(format!(
-            "skipped {id}: 0 events ({shown} has no events; an empty session is not stored)"
-        ));
-    }
-    let fail = |e: store::Error| {
-        let fatal = matches!(
-            e,
-            store::Error::Io { .. } | store::Error::Poisoned(_) | store::Error::Store(_)
-        );
-        (store_err(e).context(&shown), fatal)
-    };
-    store.create(header).map_err(fail)?;
-    let appended = append_chunks(store, &id, &s.events).and_then(|()| store.repair(&id));
-    match appended {
-        Ok(closers) => Ok(format!(
-            "imported {id}: {} events ({} closers)",
-            s.events.len(),
-            closers.len()
-        )),
-        Err(e) => {
-            // Leave no half-imported session behind.
-            if let Err(d) = store.delete(&id)
-                && !matches!(d, store::Error::NotFound(_))
-            {
-                eprintln!("error: {shown}: removing the half-imported session {id:?}: {d}");
-            }
-            Err(fail(e))
-        }
-    }
-}
-
-fn append_chunks(store: &Store, id: &str, events: &[Event<'_>]) -> store::Result<()> {
-    let mut start = 0;
-    let mut size = 0;
-    for (i, e) in events.iter().enumerate() {
-        let estimate = e.kind.len() + e.data.get().len() + 64;
-        if i > start && (i - start >= IMPORT_CHUNK_EVENTS || size + estimate > IMPORT_CHUNK_BYTES) {
-            store.append(id, &events[start..i])?;
-            start = i;
-            size = 0;
-        }
-        size += estimate;
-    }
-    store.append(id, &events[start..])
 }

@@ -2,6 +2,7 @@
 
 mod cli;
 mod demo;
+mod transfer;
 
 fn main() -> std::process::ExitCode {
     // The demo runs this binary again as the process it crashes.

@@ -669,6 +669,7 @@ fn existing_ids_need_replace_and_replace_replaces() {
     let opts = ImportOptions {
         replace: true,
         repair: false,
+        id: None,
     };
     let rep = import_file(&st, &b, opts).unwrap();
     assert!(rep.replaced && rep.left_open && rep.closers.is_empty());
@@ -705,6 +706,7 @@ fn corruption_names_file_line_and_seq_and_changes_nothing() {
     let replace = ImportOptions {
         replace: true,
         repair: true,
+        id: None,
     };
     let gap = r#"{"type":"step/end","seq":7,"time":7,"data":{"turn":1,"step":1}}"#;
     let end8 =
@@ -719,7 +721,7 @@ fn corruption_names_file_line_and_seq_and_changes_nothing() {
     ];
     for (i, (lines, rule, line, seq)) in cases.into_iter().enumerate() {
         let p = write(tmp.path(), &format!("bad{i}.jsonl"), &file_of(lines));
-        let err = import_file(&st, &p, replace).unwrap_err();
+        let err = import_file(&st, &p, replace.clone()).unwrap_err();
         let ImportError::Corrupt {
             path,
             line: l,
@@ -770,6 +772,7 @@ fn a_failed_append_midway_leaves_no_half_session() {
     let opts = ImportOptions {
         replace: true,
         repair: true,
+        id: None,
     };
     let err = import_file(&st, &p, opts).unwrap_err();
     assert!(matches!(err, ImportError::Corrupt { .. }), "{err}");

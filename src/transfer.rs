@@ -1,0 +1,335 @@
+//! Store-mode `import` and `export`: sessions in and out of the harness's
+//! formats (JSONL plain, packed or zstd, harness roots, SQLite schema 4),
+//! with progress bars on a terminal.
+
+use crate::cli::{Failure, io_err, open_read_only, open_writer, store_err};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sessionlog::adapters::harness::{self, ExportOptions, ImportError, ImportOptions};
+use sessionlog::adapters::sqlite;
+use sessionlog::store;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+/// A progress bar on stderr, shown only on a terminal and without `--quiet`.
+pub struct Progress {
+    bar: ProgressBar,
+    events: u64,
+}
+
+impl Progress {
+    /// A bar over `len` sessions.
+    pub fn new(what: &str, len: u64, quiet: bool) -> Progress {
+        let bar = ProgressBar::with_draw_target(
+            Some(len),
+            if quiet || !std::io::stderr().is_terminal() {
+                ProgressDrawTarget::hidden()
+            } else {
+                ProgressDrawTarget::stderr()
+            },
+        );
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix} [{bar:30}] {pos}/{len} sessions, {msg} ({elapsed})",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(what.to_owned());
+        Progress { bar, events: 0 }
+    }
+
+    /// One session done, with its events and bytes.
+    pub fn done(&mut self, events: u64) {
+        self.events += events;
+        let secs = self.bar.elapsed().as_secs_f64().max(1e-9);
+        self.bar.set_message(format!(
+            "{} events, {:.0} events/s",
+            self.events,
+            self.events as f64 / secs
+        ));
+        self.bar.inc(1);
+    }
+
+    /// Prints a line above the bar (or plainly, when hidden).
+    pub fn println(&self, out: &mut impl Write, line: &str) -> Result<(), Failure> {
+        if self.bar.is_hidden() {
+            writeln!(out, "{line}").map_err(io_err)
+        } else {
+            self.bar
+                .suspend(|| writeln!(out, "{line}").and_then(|()| out.flush()))
+                .map_err(io_err)
+        }
+    }
+
+    /// Removes the bar.
+    pub fn finish(self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// What `import` was asked to do.
+pub struct ImportArgs {
+    /// Store a single file's session under this id.
+    pub id: Option<String>,
+    /// Replace sessions that already exist.
+    pub replace: bool,
+    /// Keep an unclosed last turn open.
+    pub no_repair: bool,
+    /// No progress bar.
+    pub quiet: bool,
+}
+
+/// One thing to import.
+enum Source {
+    Jsonl(PathBuf),
+    Db(PathBuf),
+}
+
+fn is_db(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "db" || e == "sqlite")
+}
+
+/// Expands the paths: a directory is a harness root (every session file in
+/// any of its layouts), a `.db` file a SQLite schema-4 database, anything
+/// else one session file.
+fn sources(paths: &[PathBuf]) -> Result<Vec<Source>, Failure> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let found = harness::find_sessions(p)
+                .map_err(|e| Failure::Io(format!("{}: {e}", p.display())))?;
+            if found.is_empty() {
+                return Err(Failure::Invalid(format!(
+                    "{}: no harness session files found (looked for cwd-*/ID.jsonl, _no-cwd/ID.jsonl and PROJECT/ID/session.jsonl[.zstd])",
+                    p.display()
+                )));
+            }
+            out.extend(found.into_iter().map(Source::Jsonl));
+        } else if is_db(p) {
+            out.push(Source::Db(p.clone()));
+        } else {
+            out.push(Source::Jsonl(p.clone()));
+        }
+    }
+    Ok(out)
+}
+
+fn import_error(e: ImportError) -> (Failure, bool) {
+    match e {
+        ImportError::Io { .. } => (Failure::Io(e.to_string()), false),
+        ImportError::Store { ref source, .. }
+            if matches!(
+                **source,
+                store::Error::Io { .. } | store::Error::Poisoned(_) | store::Error::Store(_)
+            ) =>
+        {
+            // The store itself failed: later files would fail too.
+            (Failure::Io(e.to_string()), true)
+        }
+        _ => (Failure::Invalid(e.to_string()), false),
+    }
+}
+
+/// `sessionlog --store DIR import PATH...`.
+pub fn import(
+    dir: &Path,
+    paths: &[PathBuf],
+    args: ImportArgs,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    let sources = sources(paths)?;
+    if args.id.is_some() && (sources.len() != 1 || matches!(sources[0], Source::Db(_))) {
+        return Err(Failure::Usage(
+            "`import --id ID` takes exactly one session file".into(),
+        ));
+    }
+    let store = open_writer(dir, true)?;
+    let mut progress = Progress::new("import", sources.len() as u64, args.quiet);
+    let mut worst: Option<Failure> = None;
+    let mut failed = 0usize;
+    let mut note = |f: Failure, worst: &mut Option<Failure>| {
+        eprintln!("error: {}", f.message());
+        failed += 1;
+        if worst.as_ref().is_none_or(|w| w.code() < f.code()) {
+            *worst = Some(f);
+        }
+    };
+    for source in &sources {
+        match source {
+            Source::Jsonl(path) => {
+                let opts = ImportOptions {
+                    replace: args.replace,
+                    repair: !args.no_repair,
+                    id: args.id.clone(),
+                };
+                match harness::import_file(&store, path, opts) {
+                    Ok(r) => {
+                        if let Some(t) = &r.torn {
+                            eprintln!(
+                                "note: {}: torn tail dropped from line {}: {}",
+                                path.display(),
+                                t.line,
+                                t.reason
+                            );
+                        }
+                        if let Some(t) = &r.torn_frame {
+                            eprintln!(
+                                "note: {}: torn final zstd frame dropped: {t:?}",
+                                path.display()
+                            );
+                        }
+                        let line = if !r.stored {
+                            format!(
+                                "skipped {}: 0 events ({} has no events; a session is stored from its first event)",
+                                r.id,
+                                path.display()
+                            )
+                        } else if r.left_open {
+                            format!(
+                                "imported {}: {} events (last turn left open)",
+                                r.id, r.events
+                            )
+                        } else {
+                            format!(
+                                "imported {}: {} events ({} closers)",
+                                r.id,
+                                r.events,
+                                r.closers.len()
+                            )
+                        };
+                        progress.println(out, &line)?;
+                        progress.done(r.events);
+                    }
+                    Err(e) => {
+                        let (f, fatal) = import_error(e);
+                        note(f, &mut worst);
+                        if fatal {
+                            progress.finish();
+                            let _ = store.close();
+                            return Err(Failure::Io(format!(
+                                "import stopped after {failed} failed file(s)"
+                            )));
+                        }
+                        progress.done(0);
+                    }
+                }
+            }
+            Source::Db(path) => match sqlite::import_db(&store, path, args.replace) {
+                Ok(report) => {
+                    for s in &report.sessions {
+                        progress.println(
+                            out,
+                            &format!(
+                                "imported {}: {} events ({} closers) from {}",
+                                s.id,
+                                s.events,
+                                s.closers,
+                                path.display()
+                            ),
+                        )?;
+                    }
+                    progress.done(report.sessions.iter().map(|s| s.events).sum());
+                }
+                Err(e) => {
+                    note(Failure::Invalid(e.to_string()), &mut worst);
+                    progress.done(0);
+                }
+            },
+        }
+    }
+    progress.finish();
+    store.close().map_err(store_err)?;
+    match worst {
+        None => Ok(()),
+        Some(f) => {
+            let m = format!("{failed} of {} sources were not imported", sources.len());
+            Err(match f {
+                Failure::Io(_) => Failure::Io(m),
+                _ => Failure::Invalid(m),
+            })
+        }
+    }
+}
+
+/// What `export` was asked to do.
+pub struct ExportArgs {
+    /// The sessions (empty with `all`).
+    pub ids: Vec<String>,
+    /// Every session.
+    pub all: bool,
+    /// A file, a `.db` file, a directory (a harness root), or `-`.
+    pub to: Option<PathBuf>,
+    /// Pack chunk runs into rows.
+    pub pack_chunks: bool,
+    /// Zstandard logs.
+    pub zstd: bool,
+    /// No progress bar.
+    pub quiet: bool,
+}
+
+/// `sessionlog --store DIR export ID... | --all [--to FILE|DIR|-]`.
+pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), Failure> {
+    let store = open_read_only(dir)?;
+    let ids = match (args.all, args.ids.is_empty()) {
+        (true, true) => {
+            let mut ids: Vec<String> = store.list().into_iter().map(|h| h.id).collect();
+            ids.sort();
+            ids
+        }
+        (false, false) => args.ids.clone(),
+        _ => {
+            return Err(Failure::Usage(
+                "name the sessions to export, or --all (not both)".into(),
+            ));
+        }
+    };
+    let opts = ExportOptions {
+        pack_chunks: args.pack_chunks,
+        zstd: args.zstd,
+    };
+    let to = args.to.filter(|p| p.as_os_str() != "-");
+    let mut progress = Progress::new("export", ids.len() as u64, args.quiet || to.is_none());
+    let export_err = |e: harness::ExportError| match e {
+        harness::ExportError::Store(e) => store_err(e),
+        harness::ExportError::Io(e) => Failure::Io(format!("writing the export: {e}")),
+    };
+    match to {
+        None => {
+            // Standard output: the sessions one after another.
+            for id in &ids {
+                let r = harness::export_session(&store, id, out, opts).map_err(export_err)?;
+                progress.done(r.events);
+            }
+        }
+        Some(path) if is_db(&path) => {
+            sqlite::export_db(&store, &ids, &path).map_err(|e| Failure::Invalid(e.to_string()))?;
+            writeln!(out, "exported {} sessions to {}", ids.len(), path.display())
+                .map_err(io_err)?;
+        }
+        Some(path) if path.is_dir() || ids.len() > 1 => {
+            // A harness root the harness can load.
+            for id in &ids {
+                let file =
+                    harness::export_session_to_root(&store, id, &path, opts).map_err(export_err)?;
+                progress.println(out, &format!("exported {id} to {}", file.display()))?;
+                progress.done(1);
+            }
+        }
+        Some(path) => {
+            let mut buf = Vec::new();
+            let r = harness::export_session(&store, &ids[0], &mut buf, opts).map_err(export_err)?;
+            std::fs::write(&path, &buf)
+                .map_err(|e| Failure::Io(format!("{}: {e}", path.display())))?;
+            writeln!(
+                out,
+                "exported {} ({} events) to {}",
+                ids[0],
+                r.events,
+                path.display()
+            )
+            .map_err(io_err)?;
+        }
+    }
+    progress.finish();
+    Ok(())
+}
