@@ -25,7 +25,7 @@
 //! # Writes and durability
 //!
 //! The file is created (and rewritten by compaction) with
-//! [`write_atomic`], so its header is never seen partially written. Each
+//! [`write_atomic`](crate::fsutil::write_atomic), so its header is never seen partially written. Each
 //! [`Catalog::put`] and [`Catalog::delete`] writes one complete frame with a
 //! single positional write at the end of the file and then `fdatasync`s it
 //! (which also persists the new file size). When the call returns, the change
@@ -67,7 +67,7 @@
 //!
 //! When an append would leave more than `max(1024, 4 * live sessions)`
 //! records in the file, the catalog is first rewritten with one `Put` per
-//! live session ([`Catalog::compact`]) via [`write_atomic`]: write
+//! live session ([`Catalog::compact`]) via [`write_atomic`](crate::fsutil::write_atomic): write
 //! `CATALOG.tmp`, fsync it, rename it over `CATALOG`, fsync the directory,
 //! then reopen the handle. Crash argument: every record of the old file is
 //! already durable, and the new file holds exactly the same live set. Before
@@ -103,13 +103,13 @@
 //! lock on the store directory while a writable catalog is open.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crate::fsutil::{self, BadId, TMP_SUFFIX, encode_session_dir_name, write_atomic};
+use crate::fsutil::{BadId, TMP_SUFFIX, encode_session_dir_name, write_atomic_with};
 use crate::header::SessionHeader;
+use crate::vfs::{Vfs, VfsFile};
 
 /// Name of the catalog file in the store directory.
 pub const CATALOG_FILE: &str = "CATALOG";
@@ -283,7 +283,8 @@ pub struct Catalog {
     dir: PathBuf,
     path: PathBuf,
     /// `None` when read-only (no file handle is ever needed to write).
-    file: Option<File>,
+    file: Option<Box<dyn VfsFile>>,
+    vfs: Arc<dyn Vfs>,
     read_only: bool,
     poisoned: bool,
     /// Offset of the end of the last valid record (the append position).
@@ -572,14 +573,24 @@ impl Catalog {
     /// torn tail is ignored but left in place. [`Catalog::put`] and
     /// [`Catalog::delete`] then fail with [`CatalogError::ReadOnly`].
     pub fn open(dir: impl AsRef<Path>, read_only: bool) -> Result<(Catalog, Replay), CatalogError> {
-        let dir = dir.as_ref().to_path_buf();
+        Self::open_with(crate::vfs::real(), dir.as_ref(), read_only)
+    }
+
+    /// [`Catalog::open`] through the file system `vfs`, which the catalog
+    /// keeps for its later writes.
+    pub fn open_with(
+        vfs: Arc<dyn Vfs>,
+        dir: &Path,
+        read_only: bool,
+    ) -> Result<(Catalog, Replay), CatalogError> {
+        let dir = dir.to_path_buf();
         let path = dir.join(CATALOG_FILE);
         let io_err = |p: &Path| {
             let p = p.to_path_buf();
             move |source| CatalogError::Io { path: p, source }
         };
         let mut replay = Replay::default();
-        let bytes = match fs::read(&path) {
+        let bytes = match vfs.read_file(&path) {
             Ok(b) => Some(b),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_err(&path)(e)),
@@ -596,6 +607,7 @@ impl Catalog {
             dir: dir.clone(),
             path: path.clone(),
             file: None,
+            vfs: vfs.clone(),
             read_only,
             poisoned: false,
             end: parsed.valid_end as u64,
@@ -611,21 +623,18 @@ impl Catalog {
             replay.torn_bytes = (file_len - parsed.valid_end) as u64;
         }
         if !read_only {
-            match fs::remove_file(dir.join(format!("{CATALOG_FILE}{TMP_SUFFIX}"))) {
+            match vfs.remove_file(&dir.join(format!("{CATALOG_FILE}{TMP_SUFFIX}"))) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io_err(&dir)(e)),
             }
             if parsed.header_torn {
-                write_atomic(&dir, CATALOG_FILE, &header_bytes()).map_err(io_err(&path))?;
+                write_atomic_with(&*vfs, &dir, CATALOG_FILE, &header_bytes())
+                    .map_err(io_err(&path))?;
                 catalog.end = CATALOG_HEADER_LEN as u64;
                 replay.created = true;
             }
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .map_err(io_err(&path))?;
+            let file = vfs.open(&path, true).map_err(io_err(&path))?;
             if replay.torn_bytes > 0 && !parsed.header_torn {
                 // Durable before any append: a new record behind the torn
                 // bytes would make them a bad record followed by a valid one.
@@ -634,8 +643,8 @@ impl Catalog {
             }
             catalog.file = Some(file);
             let sessions = dir.join(SESSIONS_DIR);
-            match fsutil::create_dir_private(&sessions) {
-                Ok(()) => fsutil::sync_dir(&dir).map_err(io_err(&dir))?,
+            match vfs.create_dir(&sessions) {
+                Ok(()) => vfs.sync_dir(&dir).map_err(io_err(&dir))?,
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io_err(&sessions)(e)),
             }
@@ -655,16 +664,12 @@ impl Catalog {
             path: sessions.clone(),
             source,
         };
-        match fs::read_dir(&sessions) {
+        match self.vfs.read_dir(&sessions) {
             Ok(listing) => {
-                for entry in listing {
-                    let entry = entry.map_err(io_err)?;
-                    let live = entry
-                        .file_name()
-                        .to_str()
-                        .is_some_and(|n| self.by_dir.contains_key(n));
+                for name in listing {
+                    let live = name.to_str().is_some_and(|n| self.by_dir.contains_key(n));
                     if !live {
-                        replay.orphan_dirs.push(entry.path());
+                        replay.orphan_dirs.push(sessions.join(name));
                     }
                 }
             }
@@ -673,7 +678,10 @@ impl Catalog {
         }
         replay.orphan_dirs.sort();
         for (id, e) in &self.entries {
-            let is_dir = fs::symlink_metadata(sessions.join(&e.dir_name)).is_ok_and(|m| m.is_dir());
+            let is_dir = self
+                .vfs
+                .symlink_metadata(&sessions.join(&e.dir_name))
+                .is_ok_and(|m| m.is_dir);
             if !is_dir {
                 replay.missing_dirs.push(id.clone());
             }
@@ -844,12 +852,8 @@ impl Catalog {
             path: self.path.clone(),
             source,
         };
-        write_atomic(&self.dir, CATALOG_FILE, &bytes).map_err(io_err)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&self.path)
-            .map_err(io_err)?;
+        write_atomic_with(&*self.vfs, &self.dir, CATALOG_FILE, &bytes).map_err(io_err)?;
+        let file = self.vfs.open(&self.path, true).map_err(io_err)?;
         self.file = Some(file);
         self.end = bytes.len() as u64;
         self.records = self.entries.len() as u64;

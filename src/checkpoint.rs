@@ -19,6 +19,7 @@
 
 use crate::derive::DeriveCache;
 use crate::session::SessionState;
+use crate::vfs::{RealFs, Vfs};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -168,7 +169,12 @@ pub fn decode(bytes: &[u8]) -> Result<CheckpointBody, CheckpointError> {
 
 /// Reads the checkpoint of the session in `dir`.
 pub fn read(dir: &Path) -> Result<CheckpointBody, CheckpointError> {
-    match std::fs::read(dir.join(CHECKPOINT_FILE)) {
+    read_with(&RealFs, dir)
+}
+
+/// [`read`] through the file system `vfs`.
+pub fn read_with(vfs: &dyn Vfs, dir: &Path) -> Result<CheckpointBody, CheckpointError> {
+    match vfs.read_file(&dir.join(CHECKPOINT_FILE)) {
         Ok(bytes) => decode(&bytes),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(CheckpointError::Missing),
         Err(e) => Err(e.into()),
@@ -178,7 +184,12 @@ pub fn read(dir: &Path) -> Result<CheckpointBody, CheckpointError> {
 /// Writes the checkpoint of the session in `dir` atomically: after a crash
 /// the old checkpoint or the new one is there, whole.
 pub fn write(dir: &Path, body: &CheckpointBody) -> Result<(), CheckpointError> {
-    crate::fsutil::write_atomic(dir, CHECKPOINT_FILE, &encode(body))?;
+    write_with(&RealFs, dir, body)
+}
+
+/// [`write()`] through the file system `vfs`.
+pub fn write_with(vfs: &dyn Vfs, dir: &Path, body: &CheckpointBody) -> Result<(), CheckpointError> {
+    crate::fsutil::write_atomic_with(vfs, dir, CHECKPOINT_FILE, &encode(body))?;
     Ok(())
 }
 

@@ -11,16 +11,17 @@
 //! (owner only), because session logs hold private conversations. The process
 //! umask can only remove bits from these modes, never add them.
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use crate::vfs::{RealFs, Vfs};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Mode of every file the store creates.
-pub const FILE_MODE: u32 = 0o600;
+pub const FILE_MODE: u32 = crate::vfs::FILE_MODE;
 
 /// Mode of every directory the store creates.
-pub const DIR_MODE: u32 = 0o700;
+pub const DIR_MODE: u32 = crate::vfs::DIR_MODE;
 
 /// Suffix of the temporary file [`write_atomic`] writes before renaming it.
 pub const TMP_SUFFIX: &str = ".tmp";
@@ -42,7 +43,7 @@ const HASH_MARKER: &str = "~h";
 /// Fails if it already exists. The new entry in the parent is not durable
 /// until the caller runs [`sync_dir`] on the parent.
 pub fn create_dir_private(path: impl AsRef<Path>) -> io::Result<()> {
-    DirBuilder::new().mode(DIR_MODE).create(path)
+    RealFs.create_dir(path.as_ref())
 }
 
 /// Creates the file `path` for reading and writing with mode `0600`; fails if
@@ -67,7 +68,7 @@ pub fn create_file_private(path: impl AsRef<Path>) -> io::Result<File> {
 /// though the file's own data was synced (the file then has no name, or its
 /// old name).
 pub fn sync_dir(path: impl AsRef<Path>) -> io::Result<()> {
-    File::open(path)?.sync_all()
+    RealFs.sync_dir(path.as_ref())
 }
 
 /// Replaces (or creates) `dir/name` with `bytes` so that after a crash the
@@ -94,7 +95,11 @@ pub fn sync_dir(path: impl AsRef<Path>) -> io::Result<()> {
 ///
 /// `name` must be a single path component (no `/`, not `.` or `..`).
 pub fn write_atomic(dir: impl AsRef<Path>, name: &str, bytes: &[u8]) -> io::Result<()> {
-    let dir = dir.as_ref();
+    write_atomic_with(&RealFs, dir.as_ref(), name, bytes)
+}
+
+/// [`write_atomic`] through the file system `vfs`.
+pub fn write_atomic_with(vfs: &dyn Vfs, dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
     if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -103,22 +108,22 @@ pub fn write_atomic(dir: impl AsRef<Path>, name: &str, bytes: &[u8]) -> io::Resu
     }
     let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
     let target = dir.join(name);
-    match fs::remove_file(&tmp) {
+    match vfs.remove_file(&tmp) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
     let written = (|| {
-        let mut file = create_file_private(&tmp)?;
-        file.write_all(bytes)?;
+        let file = vfs.create_new(&tmp)?;
+        file.write_all_at(bytes, 0)?;
         file.sync_all()?;
-        fs::rename(&tmp, &target)
+        vfs.rename(&tmp, &target)
     })();
     if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
+        let _ = vfs.remove_file(&tmp);
         return Err(e);
     }
-    sync_dir(dir)
+    vfs.sync_dir(dir)
 }
 
 /// The session id was not usable as a session identity.

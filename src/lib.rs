@@ -26,6 +26,7 @@ pub mod segment;
 pub mod session;
 pub mod store;
 pub mod surface;
+pub mod vfs;
 pub mod violation;
 
 /// The README's Rust examples, compiled and run as doctests so they stay true.

@@ -19,6 +19,7 @@
 //! | 16 + 24 n | 4 | CRC-32 of all preceding bytes |
 
 use crate::fsutil;
+use crate::vfs::{RealFs, Vfs};
 use std::path::Path;
 
 /// The lineage file's name in a session directory.
@@ -101,7 +102,12 @@ impl Lineage {
 
     /// Reads the lineage of the session in `dir` (empty when there is none).
     pub fn read(dir: &Path) -> Result<Lineage, String> {
-        match std::fs::read(dir.join(LINEAGE_FILE)) {
+        Self::read_with(&RealFs, dir)
+    }
+
+    /// [`Lineage::read`] through the file system `vfs`.
+    pub fn read_with(vfs: &dyn Vfs, dir: &Path) -> Result<Lineage, String> {
+        match vfs.read_file(&dir.join(LINEAGE_FILE)) {
             Ok(bytes) => Lineage::decode(&bytes),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Lineage::default()),
             Err(e) => Err(format!("reading {}: {e}", dir.join(LINEAGE_FILE).display())),
@@ -110,7 +116,12 @@ impl Lineage {
 
     /// Writes it atomically into `dir` (temp file, fsync, rename, dir fsync).
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
-        fsutil::write_atomic(dir, LINEAGE_FILE, &self.encode())
+        self.write_with(&RealFs, dir)
+    }
+
+    /// [`Lineage::write`] through the file system `vfs`.
+    pub fn write_with(&self, vfs: &dyn Vfs, dir: &Path) -> std::io::Result<()> {
+        fsutil::write_atomic_with(vfs, dir, LINEAGE_FILE, &self.encode())
     }
 }
 

@@ -21,17 +21,17 @@
 //! A reader checks the magic and that CRC first, then the version, and only
 //! then the version-specific layout.
 //!
-//! The manifest is written once, with [`write_atomic`] (temporary file, fsync,
+//! The manifest is written once, with [`write_atomic`](crate::fsutil::write_atomic) (temporary file, fsync,
 //! rename, directory fsync), so it is never seen partially written: a crash
 //! while creating a store leaves at most `MANIFEST.tmp`, which [`Manifest::open`]
 //! and [`Manifest::create`] treat as an empty directory.
 
 use std::fmt::Write as _;
-use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::fsutil::{self, TMP_SUFFIX, write_atomic};
+use crate::fsutil::{self, TMP_SUFFIX, write_atomic_with};
+use crate::vfs::{RealFs, Vfs};
 
 /// Name of the manifest file in the store directory.
 pub const MANIFEST_FILE: &str = "MANIFEST";
@@ -121,11 +121,10 @@ fn le_u32(b: &[u8], at: usize) -> u32 {
 }
 
 /// Whether `dir` has no entries other than a stale `MANIFEST.tmp`.
-fn is_effectively_empty(dir: &Path) -> Result<bool, ManifestError> {
+fn is_effectively_empty(vfs: &dyn Vfs, dir: &Path) -> Result<bool, ManifestError> {
     let tmp = format!("{MANIFEST_FILE}{TMP_SUFFIX}");
-    for entry in fs::read_dir(dir).map_err(io_err(dir))? {
-        let entry = entry.map_err(io_err(dir))?;
-        if entry.file_name() != tmp.as_str() {
+    for name in vfs.read_dir(dir).map_err(io_err(dir))? {
+        if name != tmp.as_str() {
             return Ok(false);
         }
     }
@@ -203,17 +202,21 @@ impl Manifest {
     /// other entries, [`ManifestError::UnsupportedVersion`],
     /// [`ManifestError::Corrupt`] and [`ManifestError::Io`].
     pub fn open(dir: impl AsRef<Path>) -> Result<Manifest, ManifestError> {
-        let dir = dir.as_ref();
+        Self::open_with(&RealFs, dir.as_ref())
+    }
+
+    /// [`Manifest::open`] through the file system `vfs`.
+    pub fn open_with(vfs: &dyn Vfs, dir: &Path) -> Result<Manifest, ManifestError> {
         let path = dir.join(MANIFEST_FILE);
-        let file = match File::open(&path) {
+        let file = match vfs.open(&path, false) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return match fs::metadata(dir) {
+                return match vfs.metadata(dir) {
                     Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ManifestError::Missing {
                         path: dir.to_path_buf(),
                     }),
                     Err(e) => Err(io_err(dir)(e)),
-                    Ok(_) if is_effectively_empty(dir)? => Err(ManifestError::Missing {
+                    Ok(_) if is_effectively_empty(vfs, dir)? => Err(ManifestError::Missing {
                         path: dir.to_path_buf(),
                     }),
                     Ok(_) => Err(ManifestError::NotAStore {
@@ -225,15 +228,22 @@ impl Manifest {
         };
         // Read at most one byte more than any manifest may have, so a huge
         // file is rejected without reading it all.
-        let mut bytes = Vec::with_capacity(MANIFEST_LEN);
-        file.take(MANIFEST_MAX_LEN as u64 + 1)
-            .read_to_end(&mut bytes)
-            .map_err(io_err(&path))?;
+        let mut bytes = vec![0u8; MANIFEST_MAX_LEN + 1];
+        let mut n = 0;
+        while n < bytes.len() {
+            match file.read_at(&mut bytes[n..], n as u64) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_err(&path)(e)),
+            }
+        }
+        bytes.truncate(n);
         Manifest::decode(&bytes, &path)
     }
 
     /// Creates a new store manifest with a random store id in the existing
-    /// directory `dir`, durably ([`write_atomic`]: once this returns, the
+    /// directory `dir`, durably ([`write_atomic`](crate::fsutil::write_atomic): once this returns, the
     /// manifest survives a crash).
     ///
     /// Refuses ([`ManifestError::AlreadyExists`]) if `dir` already has a
@@ -242,20 +252,24 @@ impl Manifest {
     /// `MANIFEST.tmp` is ignored). The check is not atomic with the write: the
     /// caller must be the only process creating a store at `dir`.
     pub fn create(dir: impl AsRef<Path>) -> Result<Manifest, ManifestError> {
-        let dir = dir.as_ref();
+        Self::create_with(&RealFs, dir.as_ref())
+    }
+
+    /// [`Manifest::create`] through the file system `vfs`.
+    pub fn create_with(vfs: &dyn Vfs, dir: &Path) -> Result<Manifest, ManifestError> {
         let path = dir.join(MANIFEST_FILE);
-        match fs::symlink_metadata(&path) {
+        match vfs.symlink_metadata(&path) {
             Ok(_) => return Err(ManifestError::AlreadyExists { path }),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err(&path)(e)),
         }
-        if !is_effectively_empty(dir)? {
+        if !is_effectively_empty(vfs, dir)? {
             return Err(ManifestError::NotAStore {
                 path: dir.to_path_buf(),
             });
         }
         let manifest = Manifest::generate();
-        write_atomic(dir, MANIFEST_FILE, &manifest.encode()).map_err(io_err(&path))?;
+        write_atomic_with(vfs, dir, MANIFEST_FILE, &manifest.encode()).map_err(io_err(&path))?;
         Ok(manifest)
     }
 
@@ -266,13 +280,20 @@ impl Manifest {
     /// and its parent directory is synced, so the new store's directory entry
     /// is durable before the manifest is written into it.
     pub fn open_or_create(dir: impl AsRef<Path>) -> Result<(Manifest, bool), ManifestError> {
-        let dir = dir.as_ref();
-        match Manifest::open(dir) {
+        Self::open_or_create_with(&RealFs, dir.as_ref())
+    }
+
+    /// [`Manifest::open_or_create`] through the file system `vfs`.
+    pub fn open_or_create_with(
+        vfs: &dyn Vfs,
+        dir: &Path,
+    ) -> Result<(Manifest, bool), ManifestError> {
+        match Manifest::open_with(vfs, dir) {
             Err(ManifestError::Missing { .. }) => {}
             other => return other.map(|m| (m, false)),
         }
-        if !dir.exists() {
-            match fsutil::create_dir_private(dir) {
+        if !vfs.exists(dir) {
+            match vfs.create_dir(dir) {
                 Ok(()) => {}
                 // Created concurrently; `create` re-checks emptiness.
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -282,9 +303,9 @@ impl Manifest {
                 Some(p) if !p.as_os_str().is_empty() => p,
                 _ => Path::new("."),
             };
-            fsutil::sync_dir(parent).map_err(io_err(parent))?;
+            vfs.sync_dir(parent).map_err(io_err(parent))?;
         }
-        Manifest::create(dir).map(|m| (m, true))
+        Manifest::create_with(vfs, dir).map(|m| (m, true))
     }
 
     /// The store id as 32 lower-case hex digits.

@@ -40,11 +40,12 @@
 //! Positional I/O (`pread`/`pwrite`) is used throughout, so the module is
 //! Unix-only.
 
+use crate::vfs::{RealFs, SegmentBytes, Vfs, VfsFile};
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::ops::Range;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// Magic bytes at offset 0 of every segment file.
@@ -1075,6 +1076,8 @@ pub fn read_range(file: &File, range: Range<u64>) -> io::Result<Vec<u8>> {
 
 /// Maps a sealed segment read-only.
 pub fn map_sealed(path: impl AsRef<Path>) -> Result<memmap2::Mmap, SegmentError> {
+    // Kept for callers that want the map type itself; the store maps through
+    // its file system with [`map_sealed_with`].
     let file = File::open(path)?;
     // SAFETY: the map is only sound if the file is not modified or truncated
     // while mapped. Sealed segments are immutable: nothing writes to them
@@ -1082,6 +1085,11 @@ pub fn map_sealed(path: impl AsRef<Path>) -> Result<memmap2::Mmap, SegmentError>
     // unlinked file stays mapped intact); it never truncates a sealed one.
     let map = unsafe { memmap2::Mmap::map(&file)? };
     Ok(map)
+}
+
+/// Maps (or, for a test backend, reads) a sealed segment through `vfs`.
+pub fn map_sealed_with(vfs: &dyn Vfs, path: &Path) -> Result<SegmentBytes, SegmentError> {
+    Ok(vfs.map(path)?)
 }
 
 // ---------------------------------------------------------------------------
@@ -1093,7 +1101,7 @@ pub fn map_sealed(path: impl AsRef<Path>) -> Result<memmap2::Mmap, SegmentError>
 /// Appends write into preallocated space, so the file length only changes
 /// when capacity runs out; a record reaches the disk with [`sync`](Self::sync).
 pub struct SegmentWriter {
-    file: File,
+    file: Box<dyn VfsFile>,
     ident: SegmentIdent,
     salt: u32,
     /// Logical end: where the next record goes.
@@ -1152,23 +1160,27 @@ impl SegmentWriter {
         ident: &SegmentIdent,
         preallocate: u64,
     ) -> Result<SegmentWriter, SegmentError> {
-        let path = path.as_ref();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)?;
+        Self::create_with(&RealFs, path.as_ref(), ident, preallocate)
+    }
+
+    /// [`SegmentWriter::create`] through the file system `vfs`.
+    pub fn create_with(
+        vfs: &dyn Vfs,
+        path: &Path,
+        ident: &SegmentIdent,
+        preallocate: u64,
+    ) -> Result<SegmentWriter, SegmentError> {
+        let file = vfs.create_new(path)?;
         let init = || -> io::Result<()> {
             file.write_all_at(&ident.header_bytes(), 0)?;
-            preallocate_range(&file, HEADER_LEN as u64, preallocate)?;
+            preallocate_range(&*file, HEADER_LEN as u64, preallocate)?;
             file.sync_all()
         };
         if let Err(e) = init() {
             // The file is ours (create_new) and holds nothing yet; removing it
             // lets the caller simply retry instead of finding a half-made
             // segment on the next open.
-            let _ = fs::remove_file(path);
+            let _ = vfs.remove_file(path);
             return Err(e.into());
         }
         Ok(SegmentWriter {
@@ -1204,16 +1216,23 @@ impl SegmentWriter {
         ident: &SegmentIdent,
         scan: &Scan,
     ) -> Result<SegmentWriter, SegmentError> {
+        Self::open_append_with(&RealFs, path.as_ref(), ident, scan)
+    }
+
+    /// [`SegmentWriter::open_append`] through the file system `vfs`.
+    pub fn open_append_with(
+        vfs: &dyn Vfs,
+        path: &Path,
+        ident: &SegmentIdent,
+        scan: &Scan,
+    ) -> Result<SegmentWriter, SegmentError> {
         if scan.is_sealed() {
             return Err(invalid(
                 "the segment is sealed and immutable; start a new segment instead",
             ));
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path.as_ref())?;
-        let file_len = file.metadata()?.len();
+        let file = vfs.open(path, true)?;
+        let file_len = file.len()?;
         let mut writer = SegmentWriter {
             file,
             ident: *ident,
@@ -1308,11 +1327,19 @@ impl SegmentWriter {
         valid_end: u64,
         next_seq: u64,
     ) -> Result<SegmentWriter, SegmentError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path.as_ref())?;
-        let file_len = file.metadata()?.len();
+        Self::resume_with(&RealFs, path.as_ref(), ident, valid_end, next_seq)
+    }
+
+    /// [`SegmentWriter::resume`] through the file system `vfs`.
+    pub fn resume_with(
+        vfs: &dyn Vfs,
+        path: &Path,
+        ident: &SegmentIdent,
+        valid_end: u64,
+        next_seq: u64,
+    ) -> Result<SegmentWriter, SegmentError> {
+        let file = vfs.open(path, true)?;
+        let file_len = file.len()?;
         let mut header = [0u8; HEADER_LEN];
         file.read_exact_at(&mut header, 0)?;
         if read_header(&header)? != *ident {
@@ -1485,7 +1512,7 @@ impl SegmentWriter {
         let new_capacity = needed_end.max(self.capacity.saturating_add(self.grow_chunk));
         // On failure capacity stays put: whatever was zeroed beyond it is
         // zeroed again by the next attempt.
-        preallocate_range(&self.file, self.capacity, new_capacity - self.capacity)?;
+        preallocate_range(&*self.file, self.capacity, new_capacity - self.capacity)?;
         self.capacity = new_capacity;
         Ok(())
     }
@@ -1568,13 +1595,18 @@ impl SegmentWriter {
     /// cuts the file to `scan.sealed_len()` and syncs it. `scan` must be a
     /// [`scan`] of this file that found a footer.
     pub fn complete_seal(path: impl AsRef<Path>, scan: &Scan) -> Result<(), SegmentError> {
+        Self::complete_seal_with(&RealFs, path.as_ref(), scan)
+    }
+
+    /// [`SegmentWriter::complete_seal`] through the file system `vfs`.
+    pub fn complete_seal_with(vfs: &dyn Vfs, path: &Path, scan: &Scan) -> Result<(), SegmentError> {
         let Some(sealed_len) = scan.sealed_len() else {
             return Err(invalid(
                 "the scan found no footer: the segment is not sealed",
             ));
         };
-        let file = OpenOptions::new().write(true).open(path.as_ref())?;
-        let file_len = file.metadata()?.len();
+        let file = vfs.open(path, true)?;
+        let file_len = file.len()?;
         if file_len < sealed_len {
             return Err(invalid(format!(
                 "file is {file_len} bytes but the scan puts its footer end at {sealed_len}; rescan it"
@@ -1599,17 +1631,19 @@ impl SegmentWriter {
     /// reported [`Tail::Torn`] (0 for an incomplete header), before
     /// [`open_append`](Self::open_append).
     pub fn discard_tail(path: impl AsRef<Path>, valid_end: u64) -> io::Result<()> {
+        Self::discard_tail_with(&RealFs, path.as_ref(), valid_end)
+    }
+
+    /// [`SegmentWriter::discard_tail`] through the file system `vfs`.
+    pub fn discard_tail_with(vfs: &dyn Vfs, path: &Path, valid_end: u64) -> io::Result<()> {
         if valid_end != 0 && valid_end < HEADER_LEN as u64 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("valid_end {valid_end} lies inside the segment header"),
             ));
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path.as_ref())?;
-        let file_len = file.metadata()?.len();
+        let file = vfs.open(path, true)?;
+        let file_len = file.len()?;
         if valid_end < file_len {
             let mut claimed_end = valid_end;
             if valid_end >= HEADER_LEN as u64 && file_len - valid_end >= 4 {
@@ -1670,11 +1704,13 @@ impl SegmentWriter {
 /// 1 KiB or more. Its price is paid once, at create or growth time: 11–50 ms
 /// per 16 MiB (about 0.7–3 ms per MiB), so large preallocations belong off the
 /// latency-critical path.
-fn preallocate_range(file: &File, start: u64, len: u64) -> io::Result<()> {
+fn preallocate_range(file: &dyn VfsFile, start: u64, len: u64) -> io::Result<()> {
     if len == 0 {
         return Ok(());
     }
-    reserve_space(file, start, len)?;
+    // `allocate` is `fallocate`: it reserves the space (filesystems without
+    // it report success and the zero writes below allocate it anyway).
+    file.allocate(start, len)?;
     let zeros = vec![0u8; IO_CHUNK.min(usize::try_from(len).unwrap_or(IO_CHUNK))];
     let end = start + len;
     let mut pos = start;
@@ -1683,37 +1719,5 @@ fn preallocate_range(file: &File, start: u64, len: u64) -> io::Result<()> {
         file.write_all_at(&zeros[..n], pos)?;
         pos += n as u64;
     }
-    Ok(())
-}
-
-/// Reserves `start..start+len` with `fallocate(fd, 0, ...)`, extending the
-/// file. Filesystems without `fallocate` report EOPNOTSUPP; that is not an
-/// error, because the zero writes that follow allocate the space anyway.
-#[cfg(target_os = "linux")]
-fn reserve_space(file: &File, start: u64, len: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-
-    let too_big = || io::Error::new(io::ErrorKind::InvalidInput, "preallocation range too large");
-    let offset = libc::off_t::try_from(start).map_err(|_| too_big())?;
-    let len = libc::off_t::try_from(len).map_err(|_| too_big())?;
-    loop {
-        // SAFETY: fallocate takes plain integers; the descriptor is valid
-        // because `file` is borrowed for the duration of the call.
-        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, offset, len) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => return Ok(()),
-            _ => return Err(err),
-        }
-    }
-}
-
-/// Without `fallocate` the zero writes alone allocate the space.
-#[cfg(not(target_os = "linux"))]
-fn reserve_space(_file: &File, _start: u64, _len: u64) -> io::Result<()> {
     Ok(())
 }

@@ -28,13 +28,11 @@ use crate::manifest::Manifest;
 use crate::segment::{self, ScanOptions, SegmentIdent, SegmentWriter, Tail};
 use crate::session::SessionState;
 use crate::surface::{EventSource, Surface};
+use crate::vfs::{SegmentBytes, Vfs, VfsLock};
 use crate::violation::Violation;
-use memmap2::Mmap;
 use rustc_hash::FxHashMap;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
-use std::fs::File;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -71,6 +69,9 @@ pub struct Options {
     pub preallocate: u64,
     /// Also enforce the strict invariants on append.
     pub strict: bool,
+    /// The file system every file operation goes through (default: the
+    /// real one, [`crate::vfs::RealFs`]).
+    pub vfs: Arc<dyn Vfs>,
 }
 
 impl Default for Options {
@@ -82,6 +83,7 @@ impl Default for Options {
             checkpoint_every: 65_536,
             preallocate: segment::DEFAULT_PREALLOCATE,
             strict: false,
+            vfs: crate::vfs::real(),
         }
     }
 }
@@ -179,7 +181,7 @@ fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 struct Seg {
     first_seq: u64,
     path: PathBuf,
-    map: Arc<Mmap>,
+    map: SegmentBytes,
 }
 
 /// One loaded session.
@@ -293,7 +295,7 @@ struct Inner {
     options: Options,
     read_only: bool,
     store_id: [u8; 16],
-    _lock: Option<File>,
+    _lock: Option<VfsLock>,
     catalog: Mutex<Catalog>,
     pending: Mutex<HashMap<String, SessionHeader>>,
     sessions: RwLock<HashMap<String, Arc<Mutex<Session>>>>,
@@ -322,46 +324,63 @@ impl Store {
         Self::open_with(dir.as_ref(), Options::default(), true)
     }
 
+    /// [`Store::open`] with every file operation going through `vfs`
+    /// (replacing `options.vfs`).
+    pub fn open_with_vfs(
+        dir: impl AsRef<Path>,
+        options: Options,
+        vfs: Arc<dyn Vfs>,
+    ) -> Result<Store> {
+        Self::open_with(dir.as_ref(), Options { vfs, ..options }, false)
+    }
+
+    /// [`Store::open_read_only`] through `vfs`.
+    pub fn open_read_only_with_vfs(dir: impl AsRef<Path>, vfs: Arc<dyn Vfs>) -> Result<Store> {
+        Self::open_with(
+            dir.as_ref(),
+            Options {
+                vfs,
+                ..Options::default()
+            },
+            true,
+        )
+    }
+
     fn open_with(dir: &Path, options: Options, read_only: bool) -> Result<Store> {
+        let vfs = options.vfs.clone();
         // The manifest first: a store is created only in a missing or empty
         // directory, and the lock file would make it non-empty.
         let manifest = if read_only {
-            Manifest::open(dir)
+            Manifest::open_with(&*vfs, dir)
         } else {
-            Manifest::open_or_create(dir).map(|(m, _)| m)
+            Manifest::open_or_create_with(&*vfs, dir).map(|(m, _)| m)
         }
         .map_err(|e| Error::Store(e.to_string()))?;
         let lock = if read_only {
             None
         } else {
             let path = dir.join(LOCK_FILE);
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .mode(fsutil::FILE_MODE)
-                .open(&path)
-                .map_err(io_at(&path))?;
-            match f.try_lock() {
-                Ok(()) => Some(f),
-                Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked { path }),
-                Err(std::fs::TryLockError::Error(e)) => return Err(Error::Io { path, source: e }),
+            match vfs.lock(&path) {
+                Ok(Some(lock)) => Some(lock),
+                Ok(None) => return Err(Error::Locked { path }),
+                Err(e) => return Err(Error::Io { path, source: e }),
             }
         };
         let sessions_dir = dir.join(SESSIONS_DIR);
-        if !read_only && !sessions_dir.exists() {
-            fsutil::create_dir_private(&sessions_dir).map_err(io_at(&sessions_dir))?;
-            fsutil::sync_dir(dir).map_err(io_at(dir))?;
+        if !read_only && !vfs.exists(&sessions_dir) {
+            vfs.create_dir(&sessions_dir)
+                .map_err(io_at(&sessions_dir))?;
+            vfs.sync_dir(dir).map_err(io_at(dir))?;
         }
-        let (catalog, replay) =
-            Catalog::open(dir, read_only).map_err(|e| Error::Store(e.to_string()))?;
+        let (catalog, replay) = Catalog::open_with(vfs.clone(), dir, read_only)
+            .map_err(|e| Error::Store(e.to_string()))?;
         if !read_only && !replay.orphan_dirs.is_empty() {
             // Left by a crash between a session's first write and its catalog
             // record, or during a delete: the session does not exist.
             for orphan in &replay.orphan_dirs {
-                std::fs::remove_dir_all(orphan).map_err(io_at(orphan))?;
+                vfs.remove_dir_all(orphan).map_err(io_at(orphan))?;
             }
-            fsutil::sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
+            vfs.sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
         }
         let store = Store {
             inner: Arc::new(Inner {
@@ -572,8 +591,9 @@ impl Store {
         }
         let first_seq = events[0].seq;
         let first_append = s.unpublished;
-        if s.writer.is_none() && s.segs.is_empty() && !s.dir.exists() {
-            fsutil::create_dir_private(&s.dir).map_err(io_at(&s.dir))?;
+        let vfs = &*opts.vfs;
+        if s.writer.is_none() && s.segs.is_empty() && !vfs.exists(&s.dir) {
+            vfs.create_dir(&s.dir).map_err(io_at(&s.dir))?;
         }
         let full = s.writer.as_ref().is_some_and(|w| {
             w.len() + size + segment::FRAME_OVERHEAD as u64 > opts.segment_size && !w.is_empty()
@@ -602,8 +622,8 @@ impl Store {
             // open finds an orphan directory and removes it.
             let sessions_dir = self.inner.dir.join(SESSIONS_DIR);
             let publish = || -> Result<()> {
-                fsutil::sync_dir(&s.dir).map_err(io_at(&s.dir))?;
-                fsutil::sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
+                vfs.sync_dir(&s.dir).map_err(io_at(&s.dir))?;
+                vfs.sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
                 let mut catalog = self.inner.catalog.lock().expect("catalog lock");
                 catalog
                     .put(s.header.clone(), s.uid)
@@ -616,38 +636,54 @@ impl Store {
             s.unpublished = false;
             self.inner.pending.lock().expect("pending lock").remove(&id);
         }
-        // Index the batch: remap when the record lies past the mapping.
+        // Index the batch: remap when the record lies past the mapping (or
+        // when the file system's maps are copies, not views of the file).
+        // The record is in the segment now (durable in Sync mode), so the
+        // caller's undo of the fold would leave the index behind the log:
+        // a failure here poisons the session instead (reopen re-reads it).
         let end = loc.offset + loc.payload_len as u64 + segment::FRAME_OVERHEAD as u64;
-        if s.segs.last().expect("active").map.len() < end as usize {
-            let map = map_file(&path)?;
-            s.segs.last_mut().expect("active").map = Arc::new(map);
+        let indexed = (|| -> Result<()> {
+            if s.segs.last().expect("active").map.len() < end as usize || !vfs.coherent_maps() {
+                let map = self.map_file(&path)?;
+                s.segs.last_mut().expect("active").map = map;
+            }
+            let map = s.segs.last().expect("active").map.clone();
+            let r = segment::BatchLoc {
+                offset: loc.offset,
+                payload: loc.offset + 8..loc.offset + 8 + u64::from(loc.payload_len),
+                first_seq,
+                count: events.len() as u32,
+            };
+            let codec_range = r.codec_range();
+            let decoded = codec::decode_batch(
+                &map[codec_range.start as usize..codec_range.end as usize],
+                first_seq,
+                r.count,
+                0,
+            )
+            .map_err(|e| {
+                Error::Store(format!(
+                    "session {id:?}: re-reading a written batch failed: {e}"
+                ))
+            })?;
+            s.index_batch(seg_first, &map, &r, &decoded);
+            Ok(())
+        })();
+        if let Err(e) = indexed {
+            s.poisoned = true;
+            return Err(e);
         }
-        let map = s.segs.last().expect("active").map.clone();
-        let r = segment::BatchLoc {
-            offset: loc.offset,
-            payload: loc.offset + 8..loc.offset + 8 + u64::from(loc.payload_len),
-            first_seq,
-            count: events.len() as u32,
-        };
-        let codec_range = r.codec_range();
-        let decoded = codec::decode_batch(
-            &map[codec_range.start as usize..codec_range.end as usize],
-            first_seq,
-            r.count,
-            0,
-        )
-        .map_err(|e| {
-            Error::Store(format!(
-                "session {id:?}: re-reading a written batch failed: {e}"
-            ))
-        })?;
-        s.index_batch(seg_first, &map, &r, &decoded);
         s.since_checkpoint += events.len() as u64;
         let threshold = opts
             .checkpoint_every
             .max(s.batches.len() as u64 + s.state.surface().len() as u64);
         if s.since_checkpoint >= threshold {
-            self.write_checkpoint(s)?;
+            // The batch is written and indexed (and durable in Sync mode):
+            // failing the append now would make the caller's undo of the
+            // fold disagree with the log. The checkpoint is only a cache;
+            // `since_checkpoint` stays, so the next append past the
+            // threshold or `flush` tries again (and `flush` reports it).
+            let _ = self.write_checkpoint(s);
         }
         Ok(())
     }
@@ -659,18 +695,34 @@ impl Store {
             first_seq,
         };
         let path = s.dir.join(segment::segment_file_name(first_seq));
-        let mut w = SegmentWriter::create(&path, &ident, self.inner.options.preallocate)
+        let vfs = &*self.inner.options.vfs;
+        // On failure `create_with` removes the file itself: a retry can
+        // create it again.
+        let mut w = SegmentWriter::create_with(vfs, &path, &ident, self.inner.options.preallocate)
             .map_err(|e| segment_error(&s.header.id, &path, e))?;
         w.set_max_record(self.inner.options.max_record)
             .map_err(|e| segment_error(&s.header.id, &path, e))?;
-        // The new segment's name must be durable before a batch in it is
-        // acknowledged: otherwise a crash could lose the whole file.
-        fsutil::sync_dir(&s.dir).map_err(io_at(&s.dir))?;
-        let map = map_file(&path)?;
+        let finish = || -> Result<SegmentBytes> {
+            // The new segment's name must be durable before a batch in it is
+            // acknowledged: otherwise a crash could lose the whole file.
+            vfs.sync_dir(&s.dir).map_err(io_at(&s.dir))?;
+            self.map_file(&path)
+        };
+        let map = match finish() {
+            Ok(map) => map,
+            Err(e) => {
+                // The file exists (holding no record) but its name may not be
+                // durable: a failed directory fsync is a failed fsync. The
+                // session is poisoned; the next open finds the empty segment
+                // (or no file) and continues from there.
+                s.poisoned = true;
+                return Err(e);
+            }
+        };
         s.segs.push(Seg {
             first_seq,
             path,
-            map: Arc::new(map),
+            map,
         });
         s.writer = Some(w);
         Ok(())
@@ -681,11 +733,25 @@ impl Store {
         let w = s.writer.take().expect("active segment");
         s.active_end = None;
         let path = s.segs.last().expect("active").path.clone();
-        w.seal_auto()
-            .map_err(|e| segment_error(&s.header.id, &path, e))?;
-        let map = segment::map_sealed(&path).map_err(|e| segment_error(&s.header.id, &path, e))?;
-        s.segs.last_mut().expect("active").map = Arc::new(map);
-        Ok(())
+        let sealed = w
+            .seal_auto()
+            .and_then(|()| segment::map_sealed_with(&*self.inner.options.vfs, &path))
+            .map_err(|e| segment_error(&s.header.id, &path, e));
+        match sealed {
+            Ok(map) => {
+                s.segs.last_mut().expect("active").map = map;
+                Ok(())
+            }
+            Err(e) => {
+                // The writer is gone and the segment may hold a footer
+                // without its cut, or no footer: a new segment after it
+                // would make an unsealed segment a middle one (corruption
+                // at the next open). The old map may also reach past the cut
+                // file. Poisoned: the next open completes or undoes the seal.
+                s.poisoned = true;
+                Err(e)
+            }
+        }
     }
 
     fn write_checkpoint(&self, s: &mut Session) -> Result<()> {
@@ -712,7 +778,7 @@ impl Store {
             batches: s.batches.clone(),
             node_locs: s.node_locs.iter().map(|(k, v)| (*k, *v)).collect(),
         };
-        checkpoint::write(&s.dir, &body)
+        checkpoint::write_with(&*self.inner.options.vfs, &s.dir, &body)
             .map_err(|e| Error::Store(format!("session {:?}: {e}", s.header.id)))?;
         s.since_checkpoint = 0;
         Ok(())
@@ -734,7 +800,8 @@ impl Store {
         let mut s = self.new_session(header)?;
         s.uid = uid;
         s.unpublished = false;
-        s.lineage = Lineage::read(&s.dir).map_err(|reason| Error::Corrupt {
+        let vfs = &*self.inner.options.vfs;
+        s.lineage = Lineage::read_with(vfs, &s.dir).map_err(|reason| Error::Corrupt {
             session: s.header.id.clone(),
             segment: s.dir.join(crate::lineage::LINEAGE_FILE),
             offset: 0,
@@ -742,12 +809,13 @@ impl Store {
         })?;
         let id = s.header.id.clone();
         let mut rec = Recovery::default();
-        let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(&s.dir)
+        let mut files: Vec<(u64, PathBuf)> = vfs
+            .read_dir(&s.dir)
             .map_err(io_at(&s.dir))?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                segment::parse_segment_file_name(&name).map(|seq| (seq, e.path()))
+            .into_iter()
+            .filter_map(|name| {
+                let name = name.into_string().ok()?;
+                segment::parse_segment_file_name(&name).map(|seq| (seq, s.dir.join(name)))
             })
             .collect();
         files.sort();
@@ -758,15 +826,15 @@ impl Store {
             session_uid: lineage.owner(first_seq).unwrap_or(uid),
             first_seq,
         };
-        let maps: Vec<Arc<Mmap>> = files
+        let maps: Vec<SegmentBytes> = files
             .iter()
-            .map(|(_, p)| map_file(p).map(Arc::new))
+            .map(|(_, p)| self.map_file(p))
             .collect::<Result<_>>()?;
 
         // The checkpoint is a cache: use it only if the record it claims to
         // end at is in the log, with the checksum it recorded.
         let mut covered: Option<Coverage> = None;
-        match checkpoint::read(&s.dir) {
+        match checkpoint::read_with(vfs, &s.dir) {
             Ok(body) => {
                 let c = body.coverage;
                 let found = files.iter().position(|(f, _)| *f == c.segment_first_seq);
@@ -891,7 +959,7 @@ impl Store {
                 if scan.is_sealed() {
                     if !self.inner.read_only {
                         // A crash between the footer write and the cut.
-                        SegmentWriter::complete_seal(path, &scan)
+                        SegmentWriter::complete_seal_with(vfs, path, &scan)
                             .map_err(|e| segment_error(&id, path, e))?;
                     }
                 } else {
@@ -912,16 +980,16 @@ impl Store {
         if let Some((path, offset)) = torn {
             // The torn bytes are zeroed durably before anything is appended
             // after them, so they can never be mistaken for a record again.
-            SegmentWriter::discard_tail(&path, offset).map_err(io_at(&path))?;
+            SegmentWriter::discard_tail_with(vfs, &path, offset).map_err(io_at(&path))?;
         }
         if let Some((ident, path, scan)) = active {
             // Resume at the end of the valid records: no need to read the
             // records before it again.
             let w = if scan.valid_end == 0 {
                 // A crash while the segment was created: rewrite its header.
-                SegmentWriter::open_append(&path, &ident, &scan)
+                SegmentWriter::open_append_with(vfs, &path, &ident, &scan)
             } else {
-                SegmentWriter::resume(&path, &ident, scan.valid_end, s.state.next_seq())
+                SegmentWriter::resume_with(vfs, &path, &ident, scan.valid_end, s.state.next_seq())
             };
             let mut w = w.map_err(|e| segment_error(&id, &path, e))?;
             w.set_max_record(self.inner.options.max_record)
@@ -1114,20 +1182,21 @@ impl Store {
             rest.push(OwnedEvent::new("session/end-seed", at, time, "{}").expect("valid JSON"));
         }
 
-        if child_dir.exists() {
+        let vfs = &*self.inner.options.vfs;
+        if vfs.exists(&child_dir) {
             return Err(Error::Exists(id));
         }
-        fsutil::create_dir_private(&child_dir).map_err(io_at(&child_dir))?;
+        vfs.create_dir(&child_dir).map_err(io_at(&child_dir))?;
         if !shared.is_empty() {
             // The lineage must be durable before the links it vouches for.
             Lineage::new(shared.iter().map(|(f, uid, _)| (*f, *uid)).collect())
-                .write(&child_dir)
+                .write_with(vfs, &child_dir)
                 .map_err(io_at(&child_dir))?;
             for (first_seq, _, path) in &shared {
                 let link = child_dir.join(segment::segment_file_name(*first_seq));
-                std::fs::hard_link(path, &link).map_err(io_at(&link))?;
+                vfs.hard_link(path, &link).map_err(io_at(&link))?;
             }
-            fsutil::sync_dir(&child_dir).map_err(io_at(&child_dir))?;
+            vfs.sync_dir(&child_dir).map_err(io_at(&child_dir))?;
         }
         let uid = new_uid(&id);
         let (mut c, _) = self.load_session(header.clone(), uid, false)?;
@@ -1148,8 +1217,8 @@ impl Store {
         }
         c.sync_now()?;
         let sessions_dir = self.inner.dir.join(SESSIONS_DIR);
-        fsutil::sync_dir(&child_dir).map_err(io_at(&child_dir))?;
-        fsutil::sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
+        vfs.sync_dir(&child_dir).map_err(io_at(&child_dir))?;
+        vfs.sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
         self.inner
             .catalog
             .lock()
@@ -1190,9 +1259,10 @@ impl Store {
             .delete(id)
             .map_err(|e| Error::Store(e.to_string()))?;
         let dir = self.session_dir(id)?;
-        std::fs::remove_dir_all(&dir).map_err(io_at(&dir))?;
+        let vfs = &*self.inner.options.vfs;
+        vfs.remove_dir_all(&dir).map_err(io_at(&dir))?;
         let sessions_dir = self.inner.dir.join(SESSIONS_DIR);
-        fsutil::sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))
+        vfs.sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))
     }
 
     /// Verifies a session end to end: every segment is scanned record by
@@ -1214,7 +1284,12 @@ impl Store {
                 first_seq: seg.first_seq,
             };
             // Read the file afresh: the check is of what is on disk.
-            let bytes = std::fs::read(&seg.path).map_err(io_at(&seg.path))?;
+            let bytes = self
+                .inner
+                .options
+                .vfs
+                .read_file(&seg.path)
+                .map_err(io_at(&seg.path))?;
             let opts = ScanOptions {
                 max_record: self
                     .inner
@@ -1294,9 +1369,13 @@ impl Store {
             e.write_json(&mut buf);
             jsonl_bytes += buf.len() as u64 + 1;
         }
-        let checkpoint_modified = std::fs::metadata(s.dir.join(checkpoint::CHECKPOINT_FILE))
-            .and_then(|m| m.modified())
-            .ok();
+        let checkpoint_modified = self
+            .inner
+            .options
+            .vfs
+            .metadata(&s.dir.join(checkpoint::CHECKPOINT_FILE))
+            .ok()
+            .and_then(|m| m.modified);
         Ok(SessionStats {
             events: events.len() as u64,
             segments: s.segs.len() as u64,
@@ -1435,7 +1514,7 @@ impl Session {
     fn index_batch(
         &mut self,
         segment: u64,
-        map: &Mmap,
+        map: &[u8],
         b: &segment::BatchLoc,
         events: &[Event<'_>],
     ) {
@@ -1495,13 +1574,15 @@ fn crc_at(map: &[u8], offset: u64) -> u32 {
     u32::from_le_bytes(map[o..o + 4].try_into().expect("4 bytes"))
 }
 
-fn map_file(path: &Path) -> Result<Mmap> {
-    let f = File::open(path).map_err(io_at(path))?;
-    // SAFETY: segment files are only ever appended to within their
-    // preallocated length or sealed (cut to a length past every committed
-    // byte); readers only touch committed bytes, so the mapping never reads
-    // past the end of the file and never sees bytes change.
-    unsafe { Mmap::map(&f) }.map_err(io_at(path))
+impl Store {
+    /// Maps a segment through the store's file system. Segment files are
+    /// only ever appended to within their preallocated length or sealed
+    /// (cut to a length past every committed byte); readers only touch
+    /// committed bytes, so the mapping never reads past the end of the file
+    /// and never sees bytes change (see [`crate::vfs::RealFs`]'s `map`).
+    fn map_file(&self, path: &Path) -> Result<SegmentBytes> {
+        self.inner.options.vfs.map(path).map_err(io_at(path))
+    }
 }
 
 fn segment_error(session: &str, path: &Path, e: segment::SegmentError) -> Error {

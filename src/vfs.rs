@@ -1,0 +1,616 @@
+//! The file-system interface: every file operation of the engine (store,
+//! segments, catalog, manifest, checkpoints, lineage) goes through a [`Vfs`].
+//!
+//! [`RealFs`] is the operating system's file system and the default of
+//! [`crate::store::Options`]. [`FaultFs`] wraps another backend for tests: it
+//! counts operations, fails the Nth one (EIO or ENOSPC, once or from then on)
+//! and can return short reads. Test code can implement the traits too (the
+//! crash-point tests model the page cache with a recording backend).
+//!
+//! The model the engine is written against is POSIX: a write is not durable
+//! until the file is synced ([`VfsFile::sync_data`] / [`VfsFile::sync_all`]),
+//! and a directory entry created, renamed, linked or removed is not durable
+//! until its directory is synced ([`Vfs::sync_dir`]).
+//!
+//! Reads of segments go through [`Vfs::map`], which returns [`SegmentBytes`]:
+//! the real backend maps the file (`mmap`), so the bytes of an active segment
+//! written later through a [`VfsFile`] show up in an existing map (the page
+//! cache is shared). A backend that serves a copy must say so with
+//! [`Vfs::coherent_maps`] returning false; the store then maps again after
+//! each write it needs to read back.
+
+use std::fmt;
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io;
+use std::ops::Deref;
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+/// Mode of every file the store creates.
+pub const FILE_MODE: u32 = 0o600;
+
+/// Mode of every directory the store creates.
+pub const DIR_MODE: u32 = 0o700;
+
+/// Read-only bytes of a whole file (a segment), shareable across threads: a
+/// memory map for [`RealFs`], or any owned buffer for a test backend.
+#[derive(Clone)]
+pub struct SegmentBytes(Arc<dyn Deref<Target = [u8]> + Send + Sync>);
+
+impl SegmentBytes {
+    /// Wraps any byte container (`Mmap`, `Vec<u8>`, ...).
+    pub fn new(bytes: impl Deref<Target = [u8]> + Send + Sync + 'static) -> Self {
+        SegmentBytes(Arc::new(bytes))
+    }
+}
+
+impl Deref for SegmentBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SegmentBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SegmentBytes({} bytes)", self.len())
+    }
+}
+
+/// What [`Vfs::metadata`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metadata {
+    /// File length in bytes.
+    pub len: u64,
+    /// Whether it is a directory.
+    pub is_dir: bool,
+    /// Last modification time, when known.
+    pub modified: Option<SystemTime>,
+}
+
+/// An open file. Positional I/O only; `Send + Sync` so a writer can move
+/// between threads.
+pub trait VfsFile: Send + Sync + fmt::Debug {
+    /// `pread`: reads up to `buf.len()` bytes at `offset`; may read fewer.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// `pwrite`: writes up to `buf.len()` bytes at `offset`; may write fewer.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
+    /// `fdatasync`: the data (and the size, when it changed) is durable.
+    fn sync_data(&self) -> io::Result<()>;
+    /// `fsync`: data and all metadata are durable.
+    fn sync_all(&self) -> io::Result<()>;
+    /// `ftruncate`: sets the file length (zeros when it grows).
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// `fallocate`: reserves `offset..offset + len`, extending the file. A
+    /// backend without it may do nothing: callers write zeros afterwards.
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()>;
+    /// The current file length.
+    fn len(&self) -> io::Result<u64>;
+
+    /// Whether the file is empty.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Reads exactly `buf.len()` bytes at `offset`, looping over short reads.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, offset) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "failed to fill the whole buffer",
+                    ));
+                }
+                Ok(n) => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes all of `buf` at `offset`, looping over short writes.
+    fn write_all_at(&self, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.write_at(buf, offset) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "failed to write the whole buffer",
+                    ));
+                }
+                Ok(n) => {
+                    buf = &buf[n..];
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A held exclusive lock; released when dropped.
+pub type VfsLock = Box<dyn Send + Sync>;
+
+/// The file system. Paths are absolute or relative to the process's working
+/// directory, exactly as the caller passes them.
+pub trait Vfs: Send + Sync + fmt::Debug {
+    /// Creates `path` for reading and writing with mode `0600`; fails if
+    /// anything exists there (`O_CREAT | O_EXCL`, never following a symlink).
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn VfsFile>>;
+    /// Opens an existing file, read-only or for reading and writing.
+    fn open(&self, path: &Path, writable: bool) -> io::Result<Box<dyn VfsFile>>;
+    /// Reads a whole file.
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// The bytes of a whole file for reading (segments): see the module docs.
+    fn map(&self, path: &Path) -> io::Result<SegmentBytes>;
+    /// Whether bytes written after a [`map`](Vfs::map) show up in it.
+    fn coherent_maps(&self) -> bool {
+        true
+    }
+    /// Renames `from` over `to` (atomic replacement of the entry).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes a file.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Removes a directory and everything below it.
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Creates the directory `path` (not its parents) with mode `0700`.
+    fn create_dir(&self, path: &Path) -> io::Result<()>;
+    /// `fsync`s the directory `path`, making the entries created, renamed,
+    /// linked or removed in it durable.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// Makes `dst` a new name of the file `src`.
+    fn hard_link(&self, src: &Path, dst: &Path) -> io::Result<()>;
+    /// The names in directory `path`, in no particular order.
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>>;
+    /// Metadata of `path`, following symlinks.
+    fn metadata(&self, path: &Path) -> io::Result<Metadata>;
+    /// Metadata of `path` itself (a symlink is not followed).
+    fn symlink_metadata(&self, path: &Path) -> io::Result<Metadata>;
+    /// Takes the exclusive lock held in the file `path` (created `0600` if
+    /// missing, never truncated); `Ok(None)` when another holder has it.
+    fn lock(&self, path: &Path) -> io::Result<Option<VfsLock>>;
+
+    /// Whether anything exists at `path` (following symlinks).
+    fn exists(&self, path: &Path) -> bool {
+        self.metadata(path).is_ok()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The real file system
+// ---------------------------------------------------------------------------
+
+/// The operating system's file system (Unix).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RealFs;
+
+/// A shared handle to [`RealFs`], the default backend.
+pub fn real() -> Arc<dyn Vfs> {
+    Arc::new(RealFs)
+}
+
+#[derive(Debug)]
+struct RealFile(File);
+
+impl VfsFile for RealFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.0.write_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.0.sync_all()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        reserve_space(&self.0, offset, len)
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+}
+
+/// Reserves `start..start+len` with `fallocate(fd, 0, ...)`, extending the
+/// file. Filesystems without `fallocate` report EOPNOTSUPP; that is not an
+/// error, because the zero writes that follow allocate the space anyway.
+#[cfg(target_os = "linux")]
+fn reserve_space(file: &File, start: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+
+    let too_big = || io::Error::new(io::ErrorKind::InvalidInput, "preallocation range too large");
+    let offset = libc::off_t::try_from(start).map_err(|_| too_big())?;
+    let len = libc::off_t::try_from(len).map_err(|_| too_big())?;
+    loop {
+        // SAFETY: fallocate takes plain integers; the descriptor is valid
+        // because `file` is borrowed for the duration of the call.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, offset, len) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => return Ok(()),
+            _ => return Err(err),
+        }
+    }
+}
+
+/// Without `fallocate` the zero writes alone allocate the space.
+#[cfg(not(target_os = "linux"))]
+fn reserve_space(_file: &File, _start: u64, _len: u64) -> io::Result<()> {
+    Ok(())
+}
+
+fn metadata_of(m: fs::Metadata) -> Metadata {
+    Metadata {
+        len: m.size(),
+        is_dir: m.is_dir(),
+        modified: m.modified().ok(),
+    }
+}
+
+impl Vfs for RealFs {
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn VfsFile>> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(FILE_MODE)
+            .open(path)?;
+        Ok(Box::new(RealFile(f)))
+    }
+    fn open(&self, path: &Path, writable: bool) -> io::Result<Box<dyn VfsFile>> {
+        let f = OpenOptions::new().read(true).write(writable).open(path)?;
+        Ok(Box::new(RealFile(f)))
+    }
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+        fs::read(path)
+    }
+    fn map(&self, path: &Path) -> io::Result<SegmentBytes> {
+        let f = File::open(path)?;
+        // SAFETY: segment files are only ever appended to within their
+        // preallocated length or sealed (cut to a length past every committed
+        // byte); readers only touch committed bytes, so the mapping never
+        // reads past the end of the file and never sees bytes change. Sealed
+        // segments are immutable, and the store only deletes whole segment
+        // files (an unlinked file stays mapped intact).
+        let map = unsafe { memmap2::Mmap::map(&f)? };
+        Ok(SegmentBytes::new(map))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        fs::remove_dir_all(path)
+    }
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        DirBuilder::new().mode(DIR_MODE).create(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()
+    }
+    fn hard_link(&self, src: &Path, dst: &Path) -> io::Result<()> {
+        fs::hard_link(src, dst)
+    }
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+        fs::read_dir(path)?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect()
+    }
+    fn metadata(&self, path: &Path) -> io::Result<Metadata> {
+        fs::metadata(path).map(metadata_of)
+    }
+    fn symlink_metadata(&self, path: &Path) -> io::Result<Metadata> {
+        fs::symlink_metadata(path).map(metadata_of)
+    }
+    fn lock(&self, path: &Path) -> io::Result<Option<VfsLock>> {
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(FILE_MODE)
+            .open(path)?;
+        match f.try_lock() {
+            Ok(()) => Ok(Some(Box::new(f))),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Fault injection
+// ---------------------------------------------------------------------------
+
+/// The error a [`FaultFs`] injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// `EIO`: an I/O error.
+    Eio,
+    /// `ENOSPC`: no space left on the device.
+    Enospc,
+}
+
+impl FaultKind {
+    fn error(self, op: &str) -> io::Error {
+        let code = match self {
+            FaultKind::Eio => libc::EIO,
+            FaultKind::Enospc => libc::ENOSPC,
+        };
+        let os = io::Error::from_raw_os_error(code);
+        io::Error::new(os.kind(), format!("injected fault in {op}: {os}"))
+    }
+}
+
+/// What a [`FaultFs`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FaultPlan {
+    /// Fail the operation with this 1-based index (`None`: never fail).
+    pub fail_at: Option<u64>,
+    /// The error injected.
+    pub kind: FaultKind,
+    /// Keep failing every operation after the first injected fault.
+    pub persistent: bool,
+    /// A failed write first writes the first half of its buffer (a torn
+    /// write that also reports an error).
+    pub partial_write: bool,
+    /// Reads return at most half of what was asked (at least one byte).
+    pub short_reads: bool,
+}
+
+impl Default for FaultPlan {
+    fn default() -> Self {
+        FaultPlan {
+            fail_at: None,
+            kind: FaultKind::Eio,
+            persistent: false,
+            partial_write: false,
+            short_reads: false,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct FaultState {
+    plan: Mutex<FaultPlan>,
+    ops: AtomicU64,
+    injected: AtomicU64,
+    /// The operations that failed: (index, description).
+    failed: Mutex<Vec<(u64, String)>>,
+}
+
+/// A [`Vfs`] that passes every operation to an inner backend, counting
+/// them, and fails operation number [`FaultPlan::fail_at`] (and, with
+/// [`FaultPlan::persistent`], every later one). Clones share the counter
+/// and the plan.
+#[derive(Debug, Clone)]
+pub struct FaultFs {
+    inner: Arc<dyn Vfs>,
+    state: Arc<FaultState>,
+}
+
+impl FaultFs {
+    /// Wraps `inner` with `plan`.
+    pub fn new(inner: Arc<dyn Vfs>, plan: FaultPlan) -> Self {
+        FaultFs {
+            inner,
+            state: Arc::new(FaultState {
+                plan: Mutex::new(plan),
+                ops: AtomicU64::new(0),
+                injected: AtomicU64::new(0),
+                failed: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// Operations counted so far.
+    pub fn ops(&self) -> u64 {
+        self.state.ops.load(Ordering::SeqCst)
+    }
+
+    /// Faults injected so far.
+    pub fn injected(&self) -> u64 {
+        self.state.injected.load(Ordering::SeqCst)
+    }
+
+    /// The operations that failed, with their index and a description.
+    pub fn failed_ops(&self) -> Vec<(u64, String)> {
+        self.state.failed.lock().expect("fault log").clone()
+    }
+
+    /// Replaces the plan (the counter keeps running).
+    pub fn set_plan(&self, plan: FaultPlan) {
+        *self.state.plan.lock().expect("fault plan") = plan;
+    }
+
+    /// The current plan.
+    pub fn plan(&self) -> FaultPlan {
+        *self.state.plan.lock().expect("fault plan")
+    }
+
+    /// Counts one operation; `Err` if it must fail.
+    fn op(&self, what: impl FnOnce() -> String) -> Result<(), (io::Error, bool)> {
+        self.state.op(what)
+    }
+}
+
+impl FaultState {
+    fn op(&self, what: impl FnOnce() -> String) -> Result<(), (io::Error, bool)> {
+        let n = self.ops.fetch_add(1, Ordering::SeqCst) + 1;
+        let plan = *self.plan.lock().expect("fault plan");
+        let fail = match plan.fail_at {
+            Some(k) => n == k || (plan.persistent && n > k),
+            None => false,
+        };
+        if fail {
+            let what = what();
+            self.injected.fetch_add(1, Ordering::SeqCst);
+            let err = plan.kind.error(&what);
+            self.failed.lock().expect("fault log").push((n, what));
+            return Err((err, plan.partial_write));
+        }
+        Ok(())
+    }
+
+    fn short_reads(&self) -> bool {
+        self.plan.lock().expect("fault plan").short_reads
+    }
+}
+
+fn check(r: Result<(), (io::Error, bool)>) -> io::Result<()> {
+    r.map_err(|(e, _)| e)
+}
+
+#[derive(Debug)]
+struct FaultFile {
+    inner: Box<dyn VfsFile>,
+    path: PathBuf,
+    state: Arc<FaultState>,
+}
+
+impl VfsFile for FaultFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        check(self.state.op(|| format!("read_at {}", self.path.display())))?;
+        if self.state.short_reads() && buf.len() > 1 {
+            let n = buf.len() / 2;
+            return self.inner.read_at(&mut buf[..n], offset);
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        let what = || format!("write_at {} +{}", self.path.display(), buf.len());
+        if let Err((e, partial)) = self.state.op(what) {
+            if partial && buf.len() > 1 {
+                let _ = self.inner.write_all_at(&buf[..buf.len() / 2], offset);
+            }
+            return Err(e);
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        check(
+            self.state
+                .op(|| format!("sync_data {}", self.path.display())),
+        )?;
+        self.inner.sync_data()
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        check(
+            self.state
+                .op(|| format!("sync_all {}", self.path.display())),
+        )?;
+        self.inner.sync_all()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        check(
+            self.state
+                .op(|| format!("set_len {} {len}", self.path.display())),
+        )?;
+        self.inner.set_len(len)
+    }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        check(
+            self.state
+                .op(|| format!("allocate {}", self.path.display())),
+        )?;
+        self.inner.allocate(offset, len)
+    }
+    fn len(&self) -> io::Result<u64> {
+        check(self.state.op(|| format!("len {}", self.path.display())))?;
+        self.inner.len()
+    }
+}
+
+impl FaultFs {
+    fn file(&self, inner: Box<dyn VfsFile>, path: &Path) -> Box<dyn VfsFile> {
+        Box::new(FaultFile {
+            inner,
+            path: path.to_owned(),
+            state: self.state.clone(),
+        })
+    }
+}
+
+impl Vfs for FaultFs {
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn VfsFile>> {
+        check(self.op(|| format!("create_new {}", path.display())))?;
+        let f = self.inner.create_new(path)?;
+        Ok(self.file(f, path))
+    }
+    fn open(&self, path: &Path, writable: bool) -> io::Result<Box<dyn VfsFile>> {
+        check(self.op(|| format!("open {}", path.display())))?;
+        let f = self.inner.open(path, writable)?;
+        Ok(self.file(f, path))
+    }
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+        check(self.op(|| format!("read_file {}", path.display())))?;
+        self.inner.read_file(path)
+    }
+    fn map(&self, path: &Path) -> io::Result<SegmentBytes> {
+        check(self.op(|| format!("map {}", path.display())))?;
+        self.inner.map(path)
+    }
+    fn coherent_maps(&self) -> bool {
+        self.inner.coherent_maps()
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        check(self.op(|| format!("rename {} {}", from.display(), to.display())))?;
+        self.inner.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        check(self.op(|| format!("remove_file {}", path.display())))?;
+        self.inner.remove_file(path)
+    }
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        check(self.op(|| format!("remove_dir_all {}", path.display())))?;
+        self.inner.remove_dir_all(path)
+    }
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        check(self.op(|| format!("create_dir {}", path.display())))?;
+        self.inner.create_dir(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        check(self.op(|| format!("sync_dir {}", path.display())))?;
+        self.inner.sync_dir(path)
+    }
+    fn hard_link(&self, src: &Path, dst: &Path) -> io::Result<()> {
+        check(self.op(|| format!("hard_link {} {}", src.display(), dst.display())))?;
+        self.inner.hard_link(src, dst)
+    }
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+        check(self.op(|| format!("read_dir {}", path.display())))?;
+        self.inner.read_dir(path)
+    }
+    fn metadata(&self, path: &Path) -> io::Result<Metadata> {
+        check(self.op(|| format!("metadata {}", path.display())))?;
+        self.inner.metadata(path)
+    }
+    fn symlink_metadata(&self, path: &Path) -> io::Result<Metadata> {
+        check(self.op(|| format!("symlink_metadata {}", path.display())))?;
+        self.inner.symlink_metadata(path)
+    }
+    fn lock(&self, path: &Path) -> io::Result<Option<VfsLock>> {
+        check(self.op(|| format!("lock {}", path.display())))?;
+        self.inner.lock(path)
+    }
+}
