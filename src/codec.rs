@@ -629,7 +629,7 @@ impl<'a> Cursor<'a> {
 }
 
 /// Views JSON text as a [`RawValue`] without re-parsing it.
-fn raw_value(text: &str) -> &RawValue {
+pub(crate) fn raw_value(text: &str) -> &RawValue {
     // SAFETY: serde_json declares `#[repr(transparent)] pub struct RawValue
     // { json: str }` (src/raw.rs) and converts `&str` to `&RawValue` the same
     // way internally (`RawValue::from_borrowed` transmutes), so the two

@@ -220,15 +220,42 @@ pub struct Snapshot {
 
 impl EventSource for Snapshot {
     fn data(&self, seq: u64) -> Option<&RawValue> {
-        let loc = self.node_locs.get(&seq)?;
-        let seg = self.segs.iter().find(|s| s.first_seq == loc.segment)?;
-        let bytes = seg
-            .map
-            .get(loc.offset as usize..loc.offset as usize + loc.len as usize)?;
-        // The bytes were valid JSON when appended and the record CRC vouches
-        // for them; parsing again is the price of a safe borrowed RawValue.
-        serde_json::from_str(std::str::from_utf8(bytes).ok()?).ok()
+        data_in(&self.segs, &self.node_locs, seq)
     }
+}
+
+/// A borrowed [`Snapshot`]: what the fold of an append reads, without
+/// taking a reference to the node-location map (which would make the next
+/// index update copy it).
+struct View<'a> {
+    segs: &'a [Seg],
+    node_locs: &'a FxHashMap<u64, DataLoc>,
+}
+
+impl EventSource for View<'_> {
+    fn data(&self, seq: u64) -> Option<&RawValue> {
+        data_in(self.segs, self.node_locs, seq)
+    }
+}
+
+/// The stored data of surface node `seq`, read in place from its segment.
+fn data_in<'a>(
+    segs: &'a [Seg],
+    node_locs: &FxHashMap<u64, DataLoc>,
+    seq: u64,
+) -> Option<&'a RawValue> {
+    let loc = node_locs.get(&seq)?;
+    // Segments are sorted by first seq.
+    let i = segs
+        .partition_point(|s| s.first_seq <= loc.segment)
+        .checked_sub(1)?;
+    let seg = segs.get(i).filter(|s| s.first_seq == loc.segment)?;
+    let bytes = seg
+        .map
+        .get(loc.offset as usize..loc.offset as usize + loc.len as usize)?;
+    // The bytes were valid JSON when appended (the record CRC vouches for
+    // them at open); only UTF-8 is needed for a sound RawValue.
+    Some(crate::codec::raw_value(std::str::from_utf8(bytes).ok()?))
 }
 
 /// Derived messages, borrowing from the mapped segments.
@@ -552,10 +579,15 @@ impl Store {
         if s.poisoned {
             return Err(Error::Poisoned(id));
         }
-        let snapshot = s.snapshot();
-        let undo = s
-            .state
-            .append_batch_undoable(events, &snapshot)
+        let Session {
+            state,
+            segs,
+            node_locs,
+            ..
+        } = &mut *s;
+        let view = View { segs, node_locs };
+        let undo = state
+            .append_batch_undoable(events, &view)
             .map_err(|violation| rejected(&id, events, violation))?;
         if let Err(e) = self.write_batch(s, events) {
             s.state.revert(undo);
@@ -760,10 +792,17 @@ impl Store {
         };
         // A checkpoint only ever covers durable records.
         s.sync_if_dirty()?;
-        let snapshot = s.snapshot();
-        s.derive
-            .update(s.state.surface(), &snapshot)
-            .map_err(|e| Error::Store(format!("session {:?}: {e}", s.header.id)))?;
+        let Session {
+            derive,
+            state,
+            segs,
+            node_locs,
+            header,
+            ..
+        } = &mut *s;
+        derive
+            .update(state.surface(), &View { segs, node_locs })
+            .map_err(|e| Error::Store(format!("session {:?}: {e}", header.id)))?;
         let body = CheckpointBody {
             coverage: Coverage {
                 segment_first_seq,
@@ -943,8 +982,14 @@ impl Store {
                     0,
                 )
                 .map_err(|e| corrupt(path, b.offset, format!("batch does not decode: {e}")))?;
-                let snapshot = s.snapshot();
-                s.state.append_batch(&events, &snapshot).map_err(|v| {
+                let Session {
+                    state,
+                    segs,
+                    node_locs,
+                    ..
+                } = &mut s;
+                let view = View { segs, node_locs };
+                state.append_batch(&events, &view).map_err(|v| {
                     corrupt(path, b.offset, format!("stored batch breaks a rule: {v}"))
                 })?;
                 s.index_batch(first_seq, &map, b, &events);
