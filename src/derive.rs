@@ -197,6 +197,7 @@ struct CachedMessage {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeriveCache {
     generation: u64,
+    undo_epoch: u64,
     last_node: Option<u64>,
     entries: Vec<CachedMessage>,
 }
@@ -209,11 +210,15 @@ impl DeriveCache {
         surface: &Surface,
         source: &dyn EventSource,
     ) -> Result<(), MissingEvent> {
+        // Rebuild after a replacement, and after an undo (a node seen before
+        // may have been taken back and its seq reused by another event).
         if self.generation != surface.replace_generation()
+            || self.undo_epoch != surface.undo_epoch()
             || self.last_node.is_some_and(|n| !surface.contains(n))
         {
             *self = DeriveCache {
                 generation: surface.replace_generation(),
+                undo_epoch: surface.undo_epoch(),
                 ..DeriveCache::default()
             };
         }

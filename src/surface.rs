@@ -99,6 +99,9 @@ pub struct Surface {
     replace_generation: u64,
     last_processed_seq: Option<u64>,
     replacements: Vec<Replacement>,
+    /// Counts [`Surface::undo`] calls: after an undo, a later node can reuse
+    /// a seq the derive cache already saw, so caches key on this too.
+    undo_epoch: u64,
 }
 
 impl PartialEq for Surface {
@@ -160,6 +163,11 @@ impl Surface {
     /// How many replacements have been applied.
     pub fn replace_generation(&self) -> u64 {
         self.replace_generation
+    }
+
+    /// How many times an apply was taken back (see [`Surface::undo`]).
+    pub fn undo_epoch(&self) -> u64 {
+        self.undo_epoch
     }
 
     /// The last event folded in, surface or not.
@@ -340,6 +348,7 @@ impl Surface {
 
     /// Takes back an [`Surface::apply`]; undos must be taken back newest first.
     pub fn undo(&mut self, undo: Undo) {
+        self.undo_epoch += 1;
         let seq = undo.seq;
         self.last_processed_seq = undo.prev_last_processed;
         if undo.appended {

@@ -1624,3 +1624,40 @@ fn generators_cover_every_rule() {
         assert!(wild.contains_key(&o), "no wild op gives {o:?}: {wild:?}");
     }
 }
+
+/// Regression: after `SessionState::revert`, a `DeriveCache` updated while
+/// the reverted batch was folded was not rebuilt when a later batch reused
+/// the reverted seqs (same `replaceGeneration`, last node still on the
+/// surface), and sliced the new payload with the old byte ranges. The cache
+/// now also keys on the surface's undo epoch.
+#[test]
+fn derive_cache_after_revert_and_seq_reuse() {
+    let ev = |s: &str| Event::from_json(s).expect("valid").into_owned();
+    let base = vec![ev(
+        r#"{"type":"user/message","seq":0,"time":0,"data":{"n":0},"surfaceOp":"append"}"#,
+    )];
+    let mut st = SessionState::new(false);
+    st.append_batch(&base, &Log::new()).expect("valid");
+    let mut cache = DeriveCache::default();
+
+    let a = vec![ev(
+        r#"{"type":"user/message","seq":1,"time":0,"data":{"text":"first attempt, long payload"},"surfaceOp":"append"}"#,
+    )];
+    let undo = st.append_batch_undoable(&a, &base).expect("valid");
+    let log_a: Log = base.iter().chain(&a).cloned().collect();
+    cache.update(st.surface(), &log_a).expect("present");
+    st.revert(undo);
+
+    let b = vec![ev(
+        r#"{"type":"user/message","seq":1,"time":0,"data":{"t":"B"},"surfaceOp":"append"}"#,
+    )];
+    st.append_batch(&b, &base).expect("valid");
+    let log_b: Log = base.iter().chain(&b).cloned().collect();
+    cache.update(st.surface(), &log_b).expect("present");
+    let scratch: Vec<String> = (derive::derive(st.surface(), &log_b)
+        .expect("present")
+        .iter())
+    .map(Message::to_json)
+    .collect();
+    assert_eq!(message_strings(&cache, &log_b), scratch);
+}
