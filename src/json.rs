@@ -167,28 +167,40 @@ pub fn check_finite_numbers(text: &str) -> Result<(), String> {
     let b = text.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        match b[i] {
-            b'"' => {
-                i += 1;
-                while i < b.len() && b[i] != b'"' {
-                    i += if b[i] == b'\\' { 2 } else { 1 };
-                }
-                i += 1;
-            }
-            b'-' | b'0'..=b'9' => {
-                let start = i;
+        // Outside strings: look at the structural bytes up to the next quote
+        // (few: JSON text is mostly strings), checking number literals.
+        let end = memchr::memchr(b'"', &b[i..]).map_or(b.len(), |q| i + q);
+        let mut j = i;
+        while j < end {
+            if matches!(b[j], b'-' | b'0'..=b'9') {
+                let start = j;
                 let mut risky = false;
-                while i < b.len() && matches!(b[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
-                {
-                    risky |= matches!(b[i], b'e' | b'E');
-                    i += 1;
+                while j < end && matches!(b[j], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+                    risky |= matches!(b[j], b'e' | b'E');
+                    j += 1;
                 }
-                let lit = &text[start..i];
+                let lit = &text[start..j];
                 if (risky || lit.len() > 300) && !lit.parse::<f64>().is_ok_and(f64::is_finite) {
                     return Err(format!("number {lit} is not finite"));
                 }
+            } else {
+                j += 1;
             }
-            _ => i += 1,
+        }
+        if end >= b.len() {
+            break;
+        }
+        // Inside a string: jump from escape to escape to the closing quote.
+        i = end + 1;
+        loop {
+            match memchr::memchr2(b'"', b'\\', b.get(i..).unwrap_or_default()) {
+                None => return Ok(()),
+                Some(k) if b[i + k] == b'\\' => i += k + 2,
+                Some(k) => {
+                    i += k + 1;
+                    break;
+                }
+            }
         }
     }
     Ok(())
@@ -271,5 +283,9 @@ mod tests {
         assert!(check_finite_numbers(r#"{"a":[1e308,-2.5E3,"1e999 \"x"]}"#).is_ok());
         assert!(check_finite_numbers(r#"{"a":[1e309]}"#).is_err());
         assert!(check_finite_numbers(r#"[-1e999]"#).is_err());
+        assert!(check_finite_numbers(r#"{"a\\":"\\\"1e999","b":[1,2e3],"c":-1E400}"#).is_err());
+        assert!(check_finite_numbers(r#"{"a\\":"\\\"1e999","b":[1,2e3]}"#).is_ok());
+        assert!(check_finite_numbers("\"trailing escape \\").is_ok());
+        assert!(check_finite_numbers(&format!("[{}]", "9".repeat(400))).is_err());
     }
 }
