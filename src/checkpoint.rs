@@ -28,7 +28,7 @@ pub const CHECKPOINT_FILE: &str = "CHECKPOINT";
 /// Magic bytes at offset 0.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"SLOGCKPT";
 /// The checkpoint format this build writes and reads.
-pub const CHECKPOINT_VERSION: u32 = 3;
+pub const CHECKPOINT_VERSION: u32 = 4;
 /// Fixed header length before the payload.
 pub const CHECKPOINT_HEADER_LEN: usize = 28;
 

@@ -17,7 +17,6 @@
 use crate::event::{Event, SurfaceOp};
 use crate::json::{self, Fields};
 use crate::violation::{Rule, Violation};
-use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -65,15 +64,20 @@ impl NodeKind {
     }
 }
 
-const NIL: u64 = u64::MAX;
+/// "No node": the end of a link.
+const NIL: u32 = u32::MAX;
 
-/// One surface node's links and order label.
+/// One node ever placed on the surface: its seq, links (indices into
+/// [`Surface::nodes`]) and order label. A shadowed node stays in the vector,
+/// marked not live, so the vector stays sorted by seq and indices stay valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct Node {
-    prev: u64,
-    next: u64,
+    seq: u64,
+    prev: u32,
+    next: u32,
     label: u64,
     kind: NodeKind,
+    live: bool,
 }
 
 /// One applied replacement, kept as history.
@@ -90,11 +94,17 @@ pub struct Replacement {
 }
 
 /// The surface of one session. Serialisable, for checkpoints.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+///
+/// Nodes live in one vector in seq order: seqs only grow, so a new node (an
+/// append, or a replacement) is always pushed at the end, and a node is found
+/// by binary search. Links are vector indices, so walking the list and
+/// appending touch no hash table; shadowed nodes are marked, not removed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Surface {
-    nodes: FxHashMap<u64, Node>,
-    head: Option<u64>,
-    tail: Option<u64>,
+    nodes: Vec<Node>,
+    head: u32,
+    tail: u32,
+    live: usize,
     next_label: u64,
     replace_generation: u64,
     last_processed_seq: Option<u64>,
@@ -104,18 +114,33 @@ pub struct Surface {
     undo_epoch: u64,
 }
 
+impl Default for Surface {
+    fn default() -> Self {
+        Surface {
+            nodes: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            live: 0,
+            next_label: 0,
+            replace_generation: 0,
+            last_processed_seq: None,
+            replacements: Vec::new(),
+            undo_epoch: 0,
+        }
+    }
+}
+
 impl PartialEq for Surface {
     fn eq(&self, other: &Self) -> bool {
-        // Labels are an implementation detail of how the state was reached;
-        // two surfaces are equal when they hold the same nodes in order.
-        self.seqs() == other.seqs()
+        // Labels and shadowed nodes are details of how the state was
+        // reached; two surfaces are equal when they hold the same nodes, of
+        // the same kinds, in order.
+        self.iter_nodes()
+            .map(|n| (n.seq, n.kind))
+            .eq(other.iter_nodes().map(|n| (n.seq, n.kind)))
             && self.replace_generation == other.replace_generation
             && self.last_processed_seq == other.last_processed_seq
             && self.replacements == other.replacements
-            && self
-                .nodes
-                .iter()
-                .all(|(s, n)| other.nodes.get(s).is_some_and(|m| m.kind == n.kind))
     }
 }
 
@@ -138,10 +163,9 @@ pub enum Plan {
 /// How to take back one [`Surface::apply`].
 #[derive(Debug, Clone)]
 pub struct Undo {
-    seq: u64,
     prev_last_processed: Option<u64>,
-    removed: Option<Vec<(u64, Node)>>,
-    appended: bool,
+    /// Appended: nothing else; replaced: the first and last shadowed nodes.
+    pushed: Option<Option<(u32, u32)>>,
 }
 
 impl Surface {
@@ -152,12 +176,12 @@ impl Surface {
 
     /// Number of nodes on the surface.
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        self.live
     }
 
     /// Whether the surface is empty.
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.live == 0
     }
 
     /// How many replacements have been applied.
@@ -180,34 +204,49 @@ impl Surface {
         &self.replacements
     }
 
+    /// The index of live node `seq`: a binary search (seqs are sorted).
+    fn find(&self, seq: u64) -> Option<u32> {
+        let i = self.nodes.binary_search_by_key(&seq, |n| n.seq).ok()?;
+        self.nodes[i].live.then_some(i as u32)
+    }
+
+    fn at(&self, i: u32) -> Option<&Node> {
+        (i != NIL).then(|| &self.nodes[i as usize])
+    }
+
     /// Whether `seq` is currently on the surface.
     pub fn contains(&self, seq: u64) -> bool {
-        self.nodes.contains_key(&seq)
+        self.find(seq).is_some()
     }
 
     /// The kind of the node `seq`, if it is on the surface.
     pub fn kind(&self, seq: u64) -> Option<NodeKind> {
-        self.nodes.get(&seq).map(|n| n.kind)
+        self.find(seq).map(|i| self.nodes[i as usize].kind)
     }
 
     /// The first node.
     pub fn head(&self) -> Option<u64> {
-        self.head
+        self.at(self.head).map(|n| n.seq)
     }
 
     /// The last node.
     pub fn tail(&self) -> Option<u64> {
-        self.tail
+        self.at(self.tail).map(|n| n.seq)
     }
 
     /// The node after `seq`, if `seq` is on the surface and not last.
     pub fn next(&self, seq: u64) -> Option<u64> {
-        self.nodes.get(&seq).map(|n| n.next).filter(|&n| n != NIL)
+        let i = self.find(seq)?;
+        self.at(self.nodes[i as usize].next).map(|n| n.seq)
+    }
+
+    fn iter_nodes(&self) -> impl Iterator<Item = &Node> + '_ {
+        std::iter::successors(self.at(self.head), move |n| self.at(n.next))
     }
 
     /// Iterates over node seqs in surface order.
     pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
-        std::iter::successors(self.head, move |&s| self.next(s))
+        self.iter_nodes().map(|n| n.seq)
     }
 
     /// Node seqs in surface order.
@@ -248,27 +287,26 @@ impl Surface {
         Ok(plan)
     }
 
-    /// The shadowed range `start..=end`, in O(its length).
+    /// The shadowed range `start..=end`, in O(its length) after two binary
+    /// searches.
     fn range(&self, seq: u64, start: u64, end: u64) -> Result<Vec<u64>, Violation> {
         let bad = |why: String| Violation::at(seq, Rule::ReplaceRange, why);
         let s = self
-            .nodes
-            .get(&start)
+            .find(start)
             .ok_or_else(|| bad(format!("replace start {start} is not on the surface")))?;
         let e = self
-            .nodes
-            .get(&end)
+            .find(end)
             .ok_or_else(|| bad(format!("replace end {end} is not on the surface")))?;
-        if s.label > e.label {
+        if self.nodes[s as usize].label > self.nodes[e as usize].label {
             return Err(bad(format!(
                 "replace start {start} comes after end {end} on the surface"
             )));
         }
         let mut out = vec![start];
-        let mut cur = start;
-        while cur != end {
-            cur = self.nodes[&cur].next;
-            out.push(cur);
+        let mut cur = s;
+        while cur != e {
+            cur = self.nodes[cur as usize].next;
+            out.push(self.nodes[cur as usize].seq);
         }
         Ok(out)
     }
@@ -303,10 +341,8 @@ impl Surface {
     pub fn apply(&mut self, event: &Event<'_>, plan: Plan) -> Undo {
         let seq = event.seq;
         let mut undo = Undo {
-            seq,
             prev_last_processed: self.last_processed_seq,
-            removed: None,
-            appended: false,
+            pushed: None,
         };
         self.last_processed_seq = Some(seq);
         match plan {
@@ -314,25 +350,43 @@ impl Surface {
             Plan::Append(kind) => {
                 let label = self.next_label;
                 self.next_label += 1;
-                self.link_after(self.tail, seq, label, kind);
-                undo.appended = true;
+                let tail = self.tail;
+                let me = self.push(Node {
+                    seq,
+                    prev: tail,
+                    next: NIL,
+                    label,
+                    kind,
+                    live: true,
+                });
+                self.set_next(tail, me);
+                self.tail = me;
+                self.live += 1;
+                undo.pushed = Some(None);
             }
             Plan::Replace { kind, shadowed } => {
-                let first = self.nodes[&shadowed[0]];
-                let last = self.nodes[shadowed.last().expect("range is non-empty")];
-                let removed: Vec<(u64, Node)> = shadowed
-                    .iter()
-                    .map(|s| (*s, self.nodes.remove(s).expect("checked on surface")))
-                    .collect();
-                let node = Node {
-                    prev: first.prev,
-                    next: last.next,
-                    label: first.label,
+                let first = self.find(shadowed[0]).expect("checked on surface");
+                let mut last = first;
+                self.nodes[first as usize].live = false;
+                for _ in 1..shadowed.len() {
+                    last = self.nodes[last as usize].next;
+                    self.nodes[last as usize].live = false;
+                }
+                let (prev, next) = (
+                    self.nodes[first as usize].prev,
+                    self.nodes[last as usize].next,
+                );
+                let me = self.push(Node {
+                    seq,
+                    prev,
+                    next,
+                    label: self.nodes[first as usize].label,
                     kind,
-                };
-                self.nodes.insert(seq, node);
-                self.set_next(first.prev, seq);
-                self.set_prev(last.next, seq);
+                    live: true,
+                });
+                self.set_next(prev, me);
+                self.set_prev(next, me);
+                self.live = self.live + 1 - shadowed.len();
                 self.replace_generation += 1;
                 self.replacements.push(Replacement {
                     seq,
@@ -340,7 +394,7 @@ impl Surface {
                     end: *shadowed.last().expect("non-empty"),
                     shadowed_seqs: shadowed,
                 });
-                undo.removed = Some(removed);
+                undo.pushed = Some(Some((first, last)));
             }
         }
         undo
@@ -349,27 +403,36 @@ impl Surface {
     /// Takes back an [`Surface::apply`]; undos must be taken back newest first.
     pub fn undo(&mut self, undo: Undo) {
         self.undo_epoch += 1;
-        let seq = undo.seq;
         self.last_processed_seq = undo.prev_last_processed;
-        if undo.appended {
-            let node = self.nodes.remove(&seq).expect("appended node present");
-            self.next_label -= 1;
-            self.tail = (node.prev != NIL).then_some(node.prev);
-            self.set_next(node.prev, NIL);
-            if self.tail.is_none() {
-                self.head = None;
+        let Some(shadowed) = undo.pushed else {
+            return;
+        };
+        let me = self.nodes.pop().expect("the applied node is last");
+        let (prev, next) = (me.prev, me.next);
+        match shadowed {
+            None => {
+                self.next_label -= 1;
+                self.tail = prev;
+                self.set_next(prev, NIL);
+                self.live -= 1;
             }
-        } else if let Some(removed) = undo.removed {
-            let node = self.nodes.remove(&seq).expect("replacing node present");
-            let first = removed[0].0;
-            let last = removed.last().expect("non-empty").0;
-            for (s, n) in removed {
-                self.nodes.insert(s, n);
+            Some((first, last)) => {
+                // The shadowed nodes kept their own links: revive them and
+                // point the neighbours back at the ends of the range.
+                let mut cur = first;
+                let mut count = 1;
+                self.nodes[cur as usize].live = true;
+                while cur != last {
+                    cur = self.nodes[cur as usize].next;
+                    self.nodes[cur as usize].live = true;
+                    count += 1;
+                }
+                self.set_next(prev, first);
+                self.set_prev(next, last);
+                self.live = self.live + count - 1;
+                self.replace_generation -= 1;
+                self.replacements.pop();
             }
-            self.set_next(node.prev, first);
-            self.set_prev(node.next, last);
-            self.replace_generation -= 1;
-            self.replacements.pop();
         }
     }
 
@@ -380,36 +443,30 @@ impl Surface {
         Ok(())
     }
 
-    fn link_after(&mut self, prev: Option<u64>, seq: u64, label: u64, kind: NodeKind) {
-        let prev = prev.unwrap_or(NIL);
-        self.nodes.insert(
-            seq,
-            Node {
-                prev,
-                next: NIL,
-                label,
-                kind,
-            },
+    fn push(&mut self, node: Node) -> u32 {
+        debug_assert!(
+            self.nodes.last().is_none_or(|n| n.seq < node.seq),
+            "seqs grow"
         );
-        self.set_next(prev, seq);
-        self.tail = Some(seq);
+        self.nodes.push(node);
+        u32::try_from(self.nodes.len() - 1).expect("fewer than 2^32 surface nodes")
     }
 
     /// Sets `at.next = to`; `at == NIL` means the head pointer.
-    fn set_next(&mut self, at: u64, to: u64) {
+    fn set_next(&mut self, at: u32, to: u32) {
         if at == NIL {
-            self.head = (to != NIL).then_some(to);
+            self.head = to;
         } else {
-            self.nodes.get_mut(&at).expect("linked node").next = to;
+            self.nodes[at as usize].next = to;
         }
     }
 
     /// Sets `at.prev = to`; `at == NIL` means the tail pointer.
-    fn set_prev(&mut self, at: u64, to: u64) {
+    fn set_prev(&mut self, at: u32, to: u32) {
         if at == NIL {
-            self.tail = (to != NIL).then_some(to);
+            self.tail = to;
         } else {
-            self.nodes.get_mut(&at).expect("linked node").prev = to;
+            self.nodes[at as usize].prev = to;
         }
     }
 
