@@ -618,6 +618,27 @@ impl Catalog {
         };
         replay.records = parsed.records;
         if parsed.header_torn {
+            // A catalog is written (with its header) before any session
+            // directory can exist. A missing or headerless catalog beside
+            // session directories is damage: recreating it empty would make
+            // every session an orphan, and the store would remove them.
+            let sessions = dir.join(SESSIONS_DIR);
+            let count = match vfs.read_dir(&sessions) {
+                Ok(listing) => listing.len(),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+                Err(e) => return Err(io_err(&sessions)(e)),
+            };
+            if count > 0 {
+                return Err(CatalogError::Corrupt {
+                    path: path.clone(),
+                    offset: 0,
+                    reason: format!(
+                        "the catalog is missing or has no valid header, but {} holds {count} session \
+                         directories; refusing to recreate it (that would discard them): restore CATALOG",
+                        sessions.display()
+                    ),
+                });
+            }
             replay.torn_bytes = file_len as u64;
         } else {
             replay.torn_bytes = (file_len - parsed.valid_end) as u64;

@@ -687,3 +687,26 @@ fn a_fork_interrupted_before_its_catalog_record_leaves_no_session() {
     store.fork("p", 3, SessionHeader::new("c", 0)).unwrap();
     assert_eq!(store.load("c").unwrap().1.len(), 4);
 }
+
+#[test]
+fn an_empty_catalog_beside_sessions_is_refused_not_recreated() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path(), small_opts()).unwrap();
+        store.create(SessionHeader::new("s", 0)).unwrap();
+        store.append("s", &turn_log()).unwrap();
+        store.close().unwrap();
+    }
+    std::fs::write(dir.path().join("CATALOG"), b"").unwrap();
+    for _ in 0..2 {
+        let err = match Store::open(dir.path(), small_opts()) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("an empty catalog beside a session must be refused"),
+        };
+        assert!(err.contains("refusing to recreate"), "{err}");
+    }
+    assert!(
+        dir.path().join("sessions/s").is_dir(),
+        "the session directory is kept"
+    );
+}
