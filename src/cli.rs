@@ -353,7 +353,27 @@ fn write_events(out: &mut impl Write, events: &[OwnedEvent]) -> Result<(), Failu
 /// about the files or the lock is 3.
 pub(crate) fn store_err(e: store::Error) -> Failure {
     use store::Error as E;
-    let m = e.to_string();
+    // What happened (the error names session, seq, file and offset), then
+    // what to do about it.
+    let hint = match &e {
+        E::Rejected { .. } => "nothing of the batch was stored; fix the event and append again",
+        E::Corrupt { .. } => {
+            "nothing was changed; `verify` lists every damaged session, and the file and offset above say where to look"
+        }
+        E::NotFound(_) => "`ls` lists the stored sessions",
+        E::Exists(_) => "choose another id, or `import --replace`",
+        E::BadId { .. } => "session ids must be non-empty",
+        E::TooLarge { .. } => "append the events in smaller batches",
+        E::Locked { .. } => {
+            "another sessionlog process is writing to this store; read-only commands (ls, cat, surface, derive, verify, stats, export) work meanwhile"
+        }
+        E::Poisoned(_) => {
+            "a sync failed, so later writes are refused: reopen the store (run the command again)"
+        }
+        E::Io { .. } | E::Store(_) => "check the disk, permissions and free space",
+        E::ReadOnly => "this command needs the store's write lock",
+    };
+    let m = format!("{e}\nhint: {hint}");
     match e {
         E::Rejected { .. }
         | E::Corrupt { .. }
