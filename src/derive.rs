@@ -150,7 +150,28 @@ fn project(kind: NodeKind, data: &RawValue) -> Option<Shape> {
     }
 }
 
-fn materialise<'a>(data: &'a str, shape: &Shape) -> Message<'a> {
+/// The message a cached shape describes, or `None` when a range does not fit
+/// the data (a stale or damaged cache: never slice blindly).
+fn materialise<'a>(data: &'a str, shape: &Shape) -> Option<Message<'a>> {
+    let fits = |r: &Range<u32>| data.get(r.start as usize..r.end as usize).is_some();
+    let ok = match shape {
+        Shape::Verbatim(r) => fits(r),
+        Shape::FlatAssistant {
+            content,
+            provenance,
+        } => fits(content) && provenance.as_ref().is_none_or(fits),
+        Shape::FlatToolResult {
+            call_id,
+            content,
+            is_error,
+        } => [call_id, content, is_error]
+            .iter()
+            .all(|r| r.as_ref().is_none_or(fits)),
+    };
+    ok.then(|| materialise_unchecked(data, shape))
+}
+
+fn materialise_unchecked<'a>(data: &'a str, shape: &Shape) -> Message<'a> {
     let at = |r: &Range<u32>| &data[r.start as usize..r.end as usize];
     match shape {
         Shape::Verbatim(r) => Message::Verbatim(at(r)),
@@ -256,7 +277,7 @@ impl DeriveCache {
     ) -> impl Iterator<Item = Result<Message<'a>, MissingEvent>> + 'a {
         self.entries.iter().map(move |e| {
             let data = source.data(e.seq).ok_or(MissingEvent { seq: e.seq })?;
-            Ok(materialise(data.get(), &e.shape))
+            materialise(data.get(), &e.shape).ok_or(MissingEvent { seq: e.seq })
         })
     }
 
@@ -279,7 +300,7 @@ pub fn derive<'a>(
                 None => return Some(Err(MissingEvent { seq })),
             };
             let kind = surface.kind(seq).expect("iterating the surface");
-            project(kind, data).map(|shape| Ok(materialise(data.get(), &shape)))
+            project(kind, data).map(|shape| Ok(materialise_unchecked(data.get(), &shape)))
         })
         .collect()
 }

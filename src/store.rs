@@ -209,6 +209,10 @@ struct Session {
     /// The committed end of the last, unsealed segment as found at load
     /// (read-only stores have no writer to ask).
     active_end: Option<u64>,
+    /// The log prefix a checkpoint covered at load, whose records were not
+    /// scanned then: (segment, end offset). Checked before derive reads
+    /// message data from it.
+    unverified: Option<(u64, u64)>,
 }
 
 /// What a reader sees: the mapped segments and where the data lies.
@@ -253,8 +257,9 @@ fn data_in<'a>(
     let bytes = seg
         .map
         .get(loc.offset as usize..loc.offset as usize + loc.len as usize)?;
-    // The bytes were valid JSON when appended (the record CRC vouches for
-    // them at open); only UTF-8 is needed for a sound RawValue.
+    // The bytes were valid JSON when appended, and their record's CRC was
+    // checked (at open, or by `verify_covered` before derive); only UTF-8 is
+    // needed for a sound RawValue.
     Some(crate::codec::raw_value(std::str::from_utf8(bytes).ok()?))
 }
 
@@ -327,6 +332,14 @@ struct Inner {
     pending: Mutex<HashMap<String, SessionHeader>>,
     sessions: RwLock<HashMap<String, Arc<Mutex<Session>>>>,
     recoveries: Mutex<HashMap<String, Recovery>>,
+    /// The group-commit thread (Batched mode), stopped and joined by close.
+    group_commit: Mutex<Option<GroupCommit>>,
+}
+
+/// The handle of the group-commit thread.
+struct GroupCommit {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 /// A store of sessions. `Send + Sync`: share it (it is a cheap handle) and
@@ -420,11 +433,13 @@ impl Store {
                 pending: Mutex::new(HashMap::new()),
                 sessions: RwLock::new(HashMap::new()),
                 recoveries: Mutex::new(HashMap::new()),
+                group_commit: Mutex::new(None),
             }),
         };
         if let (Durability::Batched { window }, false) = (store.inner.options.durability, read_only)
         {
-            spawn_group_commit(Arc::downgrade(&store.inner), window);
+            let handle = spawn_group_commit(Arc::downgrade(&store.inner), window);
+            *store.inner.group_commit.lock().expect("lock") = Some(handle);
         }
         Ok(store)
     }
@@ -544,6 +559,7 @@ impl Store {
             poisoned: false,
             unpublished: true,
             active_end: None,
+            unverified: None,
         })
     }
 
@@ -889,7 +905,14 @@ impl Store {
                             && crc_at(&maps[i], loc.offset) == c.last_record_crc
                     })
                 });
-                if ok {
+                let consistent = if ok {
+                    checkpoint_consistent(&body, &files, &maps)
+                } else {
+                    Err("checkpoint does not match the log".into())
+                };
+                if let Err(why) = consistent {
+                    rec.rebuild_reason = Some(why);
+                } else {
                     s.state = body.state;
                     s.derive = body.derive;
                     s.batches = body.batches;
@@ -902,8 +925,7 @@ impl Store {
                         c.last_record_crc,
                     ));
                     covered = Some(c);
-                } else {
-                    rec.rebuild_reason = Some("checkpoint does not match the log".into());
+                    s.unverified = Some((c.segment_first_seq, c.end_offset));
                 }
             }
             Err(e) => rec.rebuild_reason = Some(e.to_string()),
@@ -1059,6 +1081,63 @@ impl Store {
         Ok(closers)
     }
 
+    /// Checks, once per open, the records a checkpoint covered (they were
+    /// not scanned at open, to keep reopen cheap): sealed segments against
+    /// their footer's checksum of all records, the covering segment record by
+    /// record up to the covered end. Derive reads message data in place from
+    /// these records, so it must not trust them unchecked.
+    fn verify_covered(&self, s: &mut Session) -> Result<()> {
+        let Some((last, end)) = s.unverified else {
+            return Ok(());
+        };
+        let max_record = self
+            .inner
+            .options
+            .max_record
+            .max(segment::DEFAULT_MAX_RECORD);
+        for seg in s.segs.iter().take_while(|g| g.first_seq <= last) {
+            let ident = s.ident(self.inner.store_id, seg.first_seq);
+            let corrupt = |offset: u64, reason: String| Error::Corrupt {
+                session: s.header.id.clone(),
+                segment: seg.path.clone(),
+                offset,
+                reason,
+            };
+            if seg.first_seq < last {
+                let footer = segment::verify_footer(&seg.map)
+                    .map_err(|e| segment_error(&s.header.id, &seg.path, e))?;
+                let records = &seg.map[segment::HEADER_LEN..seg.map.len() - segment::FOOTER_LEN];
+                if crc32fast::hash(records) != footer.records_crc {
+                    return Err(corrupt(
+                        segment::HEADER_LEN as u64,
+                        "the records do not match the footer's checksum".into(),
+                    ));
+                }
+            } else {
+                let prefix = seg.map.get(..end as usize).ok_or_else(|| {
+                    corrupt(
+                        end,
+                        "the segment is shorter than the checkpoint covers".into(),
+                    )
+                })?;
+                let opts = ScanOptions {
+                    max_record,
+                    expect_sealed: false,
+                };
+                let scan = segment::scan(prefix, &ident, &opts)
+                    .map_err(|e| segment_error(&s.header.id, &seg.path, e))?;
+                if scan.valid_end != end {
+                    return Err(corrupt(
+                        scan.valid_end,
+                        "the records end before the checkpoint's covered end".into(),
+                    ));
+                }
+            }
+        }
+        s.unverified = None;
+        Ok(())
+    }
+
     /// The session's header and events.
     pub fn load(&self, id: &str) -> Result<(SessionHeader, Vec<OwnedEvent>)> {
         let events = self.read_from(id, 0)?;
@@ -1098,25 +1177,42 @@ impl Store {
             .skip(start)
             .take_while(|b| b.first_seq < until)
         {
-            let seg = s
-                .segs
-                .iter()
-                .find(|g| g.first_seq == b.segment)
-                .expect("segment of a batch");
-            let at = b.offset as usize;
-            let u32_at =
-                |o: usize| u32::from_le_bytes(seg.map[o..o + 4].try_into().expect("4 bytes"));
-            // The frame: len, crc, then the batch header (first seq, count).
-            let len = u32_at(at) as usize - segment::BATCH_HEADER_LEN;
-            let count = u32_at(at + 16);
-            let start = at + 8 + segment::BATCH_HEADER_LEN;
-            let events = codec::decode_batch(&seg.map[start..start + len], b.first_seq, count, 0)
-                .map_err(|e| Error::Corrupt {
+            let corrupt = |path: &Path, reason: String| Error::Corrupt {
                 session: id.to_owned(),
-                segment: seg.path.clone(),
+                segment: path.to_owned(),
                 offset: b.offset,
-                reason: e.to_string(),
-            })?;
+                reason,
+            };
+            let i = s.segs.partition_point(|g| g.first_seq <= b.segment);
+            let seg = i
+                .checked_sub(1)
+                .map(|i| &s.segs[i])
+                .filter(|g| g.first_seq == b.segment)
+                .ok_or_else(|| {
+                    corrupt(
+                        &s.dir,
+                        format!("the index names segment {} which is not mapped", b.segment),
+                    )
+                })?;
+            // Records a checkpoint covers were not scanned at open: check the
+            // frame and its CRC here, before trusting any length in it.
+            let ident = s.ident(self.inner.store_id, seg.first_seq);
+            let loc = segment::record_at(&seg.map, &ident, b.offset)
+                .filter(|loc| loc.first_seq == b.first_seq)
+                .ok_or_else(|| {
+                    corrupt(
+                        &seg.path,
+                        "no valid record where the index points (checksum or frame damaged)".into(),
+                    )
+                })?;
+            let r = loc.codec_range();
+            let events = codec::decode_batch(
+                &seg.map[r.start as usize..r.end as usize],
+                loc.first_seq,
+                loc.count,
+                0,
+            )
+            .map_err(|e| corrupt(&seg.path, e.to_string()))?;
             out.extend(
                 events
                     .into_iter()
@@ -1152,6 +1248,7 @@ impl Store {
     pub fn derive(&self, id: &str) -> Result<Derived> {
         let session = self.session(id)?;
         let mut s = session.lock().expect("session lock");
+        self.verify_covered(&mut s)?;
         let snapshot = s.snapshot();
         let Session { derive, state, .. } = &mut *s;
         derive
@@ -1214,16 +1311,20 @@ impl Store {
             shared_end = footer.last_seq + 1;
         }
         let mut rest = self.read_from_locked(&p, source, shared_end, at)?;
-        let ends_with_seed_marker = match rest.last() {
-            Some(e) => e.kind == "session/end-seed",
-            None if at > 0 => {
-                self.read_from_locked(&p, source, at - 1, at)?[0].kind == "session/end-seed"
-            }
-            None => false,
+        // The last event of the seed (in the copied tail, or the last shared
+        // segment): whether it already ends the seed, and its time.
+        let last_of_seed = match rest.last() {
+            Some(e) => Some((e.kind == "session/end-seed", e.time)),
+            None if at > 0 => self
+                .read_from_locked(&p, source, at - 1, at)?
+                .first()
+                .map(|e| (e.kind == "session/end-seed", e.time)),
+            None => None,
         };
         drop(p);
+        let (ends_with_seed_marker, seed_time) = last_of_seed.unwrap_or((false, 0));
         if !ends_with_seed_marker {
-            let time = rest.last().map(|e| e.time).unwrap_or(0);
+            let time = seed_time;
             rest.push(OwnedEvent::new("session/end-seed", at, time, "{}").expect("valid JSON"));
         }
 
@@ -1472,6 +1573,15 @@ impl Store {
 
     /// Flushes and releases the store.
     pub fn close(self) -> Result<()> {
+        // Stop the group-commit thread first, so that it holds no reference
+        // to the store once close returns (the lock is released with the
+        // last handle).
+        let group_commit = self.inner.group_commit.lock().expect("lock").take();
+        if let Some(gc) = group_commit {
+            gc.stop.store(true, std::sync::atomic::Ordering::Release);
+            gc.thread.thread().unpark();
+            let _ = gc.thread.join();
+        }
         self.flush()
     }
 }
@@ -1514,20 +1624,38 @@ impl Drop for Inner {
 
 /// The group-commit thread of [`Durability::Batched`]: wakes every `window`
 /// and syncs the dirty sessions; exits when the store is dropped.
-fn spawn_group_commit(inner: std::sync::Weak<Inner>, window: std::time::Duration) {
-    std::thread::Builder::new()
+fn spawn_group_commit(inner: std::sync::Weak<Inner>, window: std::time::Duration) -> GroupCommit {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let thread = std::thread::Builder::new()
         .name("sessionlog-group-commit".into())
         .spawn(move || {
-            loop {
-                std::thread::sleep(window);
+            use std::sync::atomic::Ordering;
+            while !flag.load(Ordering::Acquire) {
+                // Woken early by close; holds the store only while syncing.
+                std::thread::park_timeout(window);
+                if flag.load(Ordering::Acquire) {
+                    return;
+                }
                 let Some(inner) = inner.upgrade() else { return };
                 let _ = inner.sync_dirty();
             }
         })
         .expect("spawn the group-commit thread");
+    GroupCommit { stop, thread }
 }
 
 impl Session {
+    /// The identity segment `first_seq` of this session must carry (the
+    /// owner's uid for a segment shared through a fork).
+    fn ident(&self, store_id: [u8; 16], first_seq: u64) -> SegmentIdent {
+        SegmentIdent {
+            store_id,
+            session_uid: self.lineage.owner(first_seq).unwrap_or(self.uid),
+            first_seq,
+        }
+    }
+
     /// `fdatasync`s the active segment. A failure poisons the session: the
     /// kernel may have dropped the dirty pages, and a retried fsync could
     /// report success for data that is gone.
@@ -1598,6 +1726,54 @@ impl Session {
             node_locs: self.node_locs.clone(),
         }
     }
+}
+
+/// Whether a checkpoint whose checksums and covered record check out is also
+/// internally consistent with the log: its surface is well formed, and every
+/// batch and data location it indexes lies in a segment that exists. A
+/// checksum proves the bytes are the ones written, not that they are right.
+fn checkpoint_consistent(
+    body: &CheckpointBody,
+    files: &[(u64, PathBuf)],
+    maps: &[SegmentBytes],
+) -> std::result::Result<(), String> {
+    let bad = |why: String| Err(format!("checkpoint is inconsistent: {why}"));
+    if let Err(why) = body.state.surface().validate() {
+        return bad(format!("surface: {why}"));
+    }
+    if body.state.next_seq() != body.coverage.next_seq {
+        return bad("its state and its covered seq disagree".into());
+    }
+    let len_of = |segment: u64| {
+        files
+            .iter()
+            .position(|(f, _)| *f == segment)
+            .map(|i| maps[i].len() as u64)
+    };
+    if body
+        .batches
+        .windows(2)
+        .any(|w| w[0].first_seq >= w[1].first_seq)
+        || body
+            .batches
+            .last()
+            .is_some_and(|b| b.first_seq >= body.coverage.next_seq)
+    {
+        return bad("the batch index is out of order".into());
+    }
+    if let Some(b) = body
+        .batches
+        .iter()
+        .find(|b| len_of(b.segment).is_none_or(|len| b.offset >= len))
+    {
+        return bad(format!("batch {} points outside the log", b.first_seq));
+    }
+    if let Some((seq, _)) = body.node_locs.iter().find(|(_, l)| {
+        len_of(l.segment).is_none_or(|len| l.offset.saturating_add(u64::from(l.len)) > len)
+    }) {
+        return bad(format!("the data of node {seq} points outside the log"));
+    }
+    Ok(())
 }
 
 /// A rejection naming the session and the offending event's type and seq.

@@ -254,6 +254,60 @@ impl Surface {
         self.iter().collect()
     }
 
+    /// Checks the surface's own structure: sorted seqs, links in range and
+    /// mutually consistent, order labels increasing along the list, one
+    /// walk from head to tail visiting exactly the live nodes. A surface read
+    /// from a checkpoint is validated before it is trusted (a checksum only
+    /// proves the bytes are the ones written, not that the writer was right).
+    pub fn validate(&self) -> Result<(), String> {
+        let n = self.nodes.len();
+        let in_range = |i: u32| i == NIL || (i as usize) < n;
+        if !in_range(self.head) || !in_range(self.tail) {
+            return Err("head or tail out of range".into());
+        }
+        if self.nodes.windows(2).any(|w| w[0].seq >= w[1].seq) {
+            return Err("node seqs are not strictly increasing".into());
+        }
+        let mut count = 0usize;
+        let mut prev = NIL;
+        let mut cur = self.head;
+        let mut last_label = None;
+        while cur != NIL {
+            let node = &self.nodes[cur as usize];
+            if !node.live || node.prev != prev || !in_range(node.next) {
+                return Err(format!("node {} is badly linked", node.seq));
+            }
+            if last_label.is_some_and(|l| l >= node.label) {
+                return Err(format!("node {} is out of label order", node.seq));
+            }
+            last_label = Some(node.label);
+            count += 1;
+            if count > n {
+                return Err("the node list has a cycle".into());
+            }
+            prev = cur;
+            cur = node.next;
+        }
+        if prev != self.tail {
+            return Err("the walk does not end at the tail".into());
+        }
+        let live = self.nodes.iter().filter(|x| x.live).count();
+        if count != live || live != self.live {
+            return Err(format!(
+                "{count} nodes on the list, {live} marked live, {} counted",
+                self.live
+            ));
+        }
+        if self
+            .last_processed_seq
+            .is_none_or(|l| self.nodes.last().is_some_and(|x| x.seq > l))
+            && n > 0
+        {
+            return Err("a node is newer than the last processed event".into());
+        }
+        Ok(())
+    }
+
     /// Checks `event` against the surface without changing it. `source`
     /// gives the payloads of earlier events (the tool/result rewrite rule
     /// compares the replacement with the node it shadows).

@@ -710,3 +710,38 @@ fn an_empty_catalog_beside_sessions_is_refused_not_recreated() {
         "the session directory is kept"
     );
 }
+
+#[test]
+fn a_checksummed_but_inconsistent_checkpoint_is_not_trusted() {
+    use sessionlog::checkpoint;
+    let dir = tempfile::tempdir().unwrap();
+    let log = long_log(10);
+    {
+        let store = Store::open(dir.path(), small_opts()).unwrap();
+        store.create(SessionHeader::new("s", 0)).unwrap();
+        store.append("s", &log).unwrap();
+        store.close().unwrap();
+    }
+    let path = segment_path(dir.path()).with_file_name("CHECKPOINT");
+    let body = checkpoint::decode(&std::fs::read(&path).unwrap()).unwrap();
+    // A cycle in the surface list, written with valid checksums.
+    let mut state = serde_json::to_value(&body.state).unwrap();
+    state["surface"]["nodes"][1]["next"] = serde_json::json!(0);
+    let mut bad = body.clone();
+    bad.state = serde_json::from_value(state).unwrap();
+    std::fs::write(&path, checkpoint::encode(&bad)).unwrap();
+    let store = Store::open(dir.path(), small_opts()).unwrap();
+    assert_eq!(store.load("s").unwrap().1, log);
+    let rec = store.recovery("s").unwrap();
+    assert!(!rec.used_checkpoint, "{rec:?}");
+    assert!(rec.rebuild_reason.unwrap().contains("inconsistent"));
+    assert_eq!(store.surface("s").unwrap().len(), 10);
+    drop(store);
+    // A data location outside the log.
+    let mut bad = body.clone();
+    bad.node_locs[0].1.offset = u64::MAX / 2;
+    std::fs::write(&path, checkpoint::encode(&bad)).unwrap();
+    let store = Store::open(dir.path(), small_opts()).unwrap();
+    assert_eq!(store.derive("s").unwrap().messages().count(), 10);
+    assert!(!store.recovery("s").unwrap().used_checkpoint);
+}
