@@ -10,7 +10,7 @@
 //!                     crc = CRC-32 (IEEE, as crc32fast) of the 4 len bytes
 //!                           followed by the payload
 //!                     payload = bincode 2 (serde, config::standard()) of a
-//!                           CatalogRecord; 1 <= len <= 16 MiB
+//!                           CatalogRecord; 1 <= len <= 1 MiB
 //! ```
 //!
 //! A [`CatalogRecord::Put`] creates a session or replaces its header (the
@@ -130,8 +130,9 @@ pub const CATALOG_HEADER_LEN: usize = 16;
 /// Bytes before each payload: `len` u32 and `crc` u32.
 pub const FRAME_HEADER_LEN: usize = 8;
 
-/// Largest record payload, in bytes (16 MiB).
-pub const MAX_RECORD: u32 = 16 << 20;
+/// Largest record payload, in bytes (1 MiB): it also bounds what bincode
+/// may allocate for a length it reads (a header is never near this size).
+pub const MAX_RECORD: u32 = 1 << 20;
 
 /// Default lower bound of the compaction threshold: the catalog is compacted
 /// once it would hold more than `max(this, 4 * live sessions)` records.
@@ -717,7 +718,7 @@ impl Catalog {
     /// [`CatalogError::UidMismatch`] if the session exists with another uid,
     /// [`CatalogError::DirNameCollision`] if another live id has the same
     /// directory name, [`CatalogError::BadId`] for an empty id,
-    /// [`CatalogError::RecordTooLarge`] above 16 MiB. On an error nothing
+    /// [`CatalogError::RecordTooLarge`] above 1 MiB. On an error nothing
     /// changed in memory; an I/O error poisons the catalog.
     pub fn put(
         &mut self,

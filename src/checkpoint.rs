@@ -156,14 +156,20 @@ pub fn decode(bytes: &[u8]) -> Result<CheckpointBody, CheckpointError> {
     if crc32fast::hash(payload) != u32_at(20) {
         return Err(corrupt("payload checksum mismatch"));
     }
-    // bincode's decoder is bounded by the input: a length prefix larger than
-    // what remains fails instead of allocating.
-    let config = config().with_limit::<{ 1 << 32 }>();
+    // bincode checks sequence lengths against the input, but allocates what
+    // a string or byte-buffer length claims before reading it: the limit
+    // bounds that claim (a 1M-event session's checkpoint claims ~30 MiB).
+    let config = config().with_limit::<{ 256 << 20 }>();
     let (body, used): (CheckpointBody, usize) = bincode::serde::decode_from_slice(payload, config)
         .map_err(|e| CheckpointError::Corrupt(format!("payload does not decode: {e}")))?;
     if used != payload.len() {
         return Err(corrupt("trailing bytes after the payload"));
     }
+    // A checksum proves these are the bytes written, not that the writer was
+    // right: a surface that is not well formed is never handed out.
+    body.state.surface().validate().map_err(|why| {
+        CheckpointError::Corrupt(format!("the surface is not well formed: {why}"))
+    })?;
     Ok(body)
 }
 
