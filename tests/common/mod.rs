@@ -1,0 +1,227 @@
+//! The scripted workload shared by the fault-injection and crash-point
+//! tests: two sessions, batches of several sizes, segment rollovers, a
+//! checkpoint, an open last turn, a fork, a delete, a close; and the model of
+//! what each session must hold afterwards.
+#![allow(dead_code)] // each test crate uses a different part
+
+use sessionlog::event::{Event, OwnedEvent};
+use sessionlog::header::SessionHeader;
+use sessionlog::session::SessionState;
+use sessionlog::store::{Error, Options, Store};
+use sessionlog::vfs::Vfs;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+pub fn ev(text: &str) -> OwnedEvent {
+    Event::from_json(text).unwrap().into_owned()
+}
+
+/// A log of `turns` turns (turn/start, user/message, turn/end) starting at
+/// seq 0; message sizes vary so batches have different sizes.
+pub fn turn_log(turns: u64, tag: &str) -> Vec<OwnedEvent> {
+    let mut out = Vec::new();
+    for t in 0..turns {
+        let s = out.len() as u64;
+        out.push(ev(&format!(
+            r#"{{"type":"turn/start","seq":{s},"time":{t},"data":{{"turn":{}}}}}"#,
+            t + 1
+        )));
+        out.push(ev(&format!(
+            r#"{{"type":"user/message","seq":{},"time":{t},"data":{{"role":"user","content":[{{"type":"text","text":"{tag} {t} {}"}}]}},"surfaceOp":"append"}}"#,
+            s + 1,
+            "x".repeat(20 + (t as usize * 37) % 200)
+        )));
+        out.push(ev(&format!(
+            r#"{{"type":"turn/end","seq":{},"time":{t},"data":{{"turn":{},"reason":{{"kind":"completed"}}}}}}"#,
+            s + 2,
+            t + 1
+        )));
+    }
+    out
+}
+
+/// Cuts `log` into batches of the given sizes, cycling.
+pub fn batches(log: &[OwnedEvent], sizes: &[usize]) -> Vec<Vec<OwnedEvent>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    let mut i = 0;
+    while at < log.len() {
+        let n = sizes[i % sizes.len()].min(log.len() - at);
+        out.push(log[at..at + n].to_vec());
+        at += n;
+        i += 1;
+    }
+    out
+}
+
+/// The repair closers a reopen appends after `log`.
+pub fn closers(log: &[OwnedEvent]) -> Vec<OwnedEvent> {
+    let mut state = SessionState::new(false);
+    state.append_batch(log, &Vec::<Event<'_>>::new()).unwrap();
+    state.closers()
+}
+
+/// What the workload was told, per session.
+#[derive(Debug, Default, Clone)]
+pub struct SessionModel {
+    /// Acknowledged batches, concatenated.
+    pub acked: Vec<OwnedEvent>,
+    /// The batch whose append failed (only when nothing was acked after it).
+    pub in_flight: Option<Vec<OwnedEvent>>,
+    /// Whether the session may be missing after a reopen.
+    pub may_be_absent: bool,
+    /// Whether the session must be missing (its deletion was acknowledged).
+    pub deleted: bool,
+    /// Deletion attempted and failed: present (whole) or absent.
+    pub delete_failed: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Model {
+    pub sessions: BTreeMap<String, SessionModel>,
+}
+
+/// One step's outcome, for the workload driver.
+pub enum Stop {
+    /// The injected fault surfaced as this error.
+    Failed(Error),
+}
+
+/// The scripted workload: 2 sessions, appends of several batch sizes, a
+/// segment rollover (4 KiB segments), a checkpoint (flush), a fork, a
+/// delete, a close. Returns `Err` at the first failing call (after the
+/// checks the store promises about it), `Ok` when it completed.
+pub fn workload(dir: &Path, fs: &Arc<dyn Vfs>, model: &mut Model, retry: bool) -> Result<(), Stop> {
+    let store = Store::open_with_vfs(dir, options(), fs.clone()).map_err(Stop::Failed)?;
+    let log_a = turn_log(24, "a");
+    let log_b = turn_log(6, "b");
+    let batches_a = batches(&log_a, &[1, 2, 5, 3, 7, 4]);
+    let batches_b = batches(&log_b, &[4, 1, 6]);
+    for id in ["a", "b"] {
+        store
+            .create(SessionHeader::new(id, 0))
+            .map_err(Stop::Failed)?;
+        model.sessions.insert(
+            id.to_owned(),
+            SessionModel {
+                may_be_absent: true,
+                ..SessionModel::default()
+            },
+        );
+    }
+    let append = |id: &str, batch: &[OwnedEvent], model: &mut Model| -> Result<(), Stop> {
+        let m = model.sessions.get_mut(id).unwrap();
+        match store.append(id, batch) {
+            Ok(()) => {
+                m.acked.extend_from_slice(batch);
+                m.may_be_absent = false;
+                Ok(())
+            }
+            Err(e) => {
+                m.in_flight = Some(batch.to_vec());
+                // What the store promises about a failed append.
+                match store.append(id, batch) {
+                    Err(Error::Poisoned(_)) => {}
+                    Ok(()) if retry => {
+                        // The error did not poison: the retry wrote the
+                        // batch at the same place.
+                        m.acked.extend_from_slice(batch);
+                        m.in_flight = None;
+                        m.may_be_absent = false;
+                    }
+                    Ok(()) => panic!("persistent fault, but the retried append succeeded"),
+                    Err(Error::Rejected { .. }) if !retry => {}
+                    Err(e2) => {
+                        assert!(!retry, "retry after {e} failed without a fault: {e2}");
+                    }
+                }
+                Err(Stop::Failed(e))
+            }
+        }
+    };
+    // Interleaved appends; a's log passes several 4 KiB segments.
+    let (mut ia, mut ib) = (batches_a.iter(), batches_b.iter());
+    loop {
+        let (a, b) = (ia.next(), ib.next());
+        if a.is_none() && b.is_none() {
+            break;
+        }
+        if let Some(batch) = a {
+            append("a", batch, model)?;
+            if let Some(batch) = ia.next() {
+                append("a", batch, model)?;
+            }
+        }
+        if let Some(batch) = b {
+            append("b", batch, model)?;
+        }
+    }
+    store.flush().map_err(Stop::Failed)?;
+    // Extra appends after the checkpoint: an open turn at the end.
+    let n = log_a.len() as u64;
+    let tail = [
+        ev(&format!(
+            r#"{{"type":"turn/start","seq":{n},"time":99,"data":{{"turn":99}}}}"#
+        )),
+        ev(&format!(
+            r#"{{"type":"user/message","seq":{},"time":99,"data":{{"role":"user","content":[{{"type":"text","text":"open"}}]}},"surfaceOp":"append"}}"#,
+            n + 1
+        )),
+    ];
+    append("a", &tail[..1], model)?;
+    append("a", &tail[1..], model)?;
+    // Fork a at a turn boundary inside its sealed segments.
+    let at = 30;
+    let mut seed = log_a[..at as usize].to_vec();
+    seed.push(OwnedEvent::new("session/end-seed", at, seed.last().unwrap().time, "{}").unwrap());
+    model.sessions.insert(
+        "c".into(),
+        SessionModel {
+            in_flight: Some(seed.clone()),
+            may_be_absent: true,
+            ..SessionModel::default()
+        },
+    );
+    store
+        .fork("a", at, SessionHeader::new("c", 0))
+        .map_err(Stop::Failed)?;
+    let c = model.sessions.get_mut("c").unwrap();
+    c.acked = seed;
+    c.in_flight = None;
+    c.may_be_absent = false;
+    let next = ev(&format!(
+        r#"{{"type":"session/title","seq":{},"time":100,"data":{{"title":"child"}}}}"#,
+        at + 1
+    ));
+    append("c", &[next], model)?;
+    // Delete b.
+    match store.delete("b") {
+        Ok(()) => model.sessions.get_mut("b").unwrap().deleted = true,
+        Err(e) => {
+            model.sessions.get_mut("b").unwrap().delete_failed = true;
+            return Err(Stop::Failed(e));
+        }
+    }
+    store.close().map_err(Stop::Failed)?;
+    Ok(())
+}
+
+pub fn options() -> Options {
+    Options {
+        segment_size: 4096,
+        preallocate: 4096,
+        ..Options::default()
+    }
+}
+
+/// A directory on tmpfs when there is one (the test syncs a lot).
+pub fn fast_tempdir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(d) = tempfile::tempdir_in(shm)
+    {
+        return d;
+    }
+    tempfile::tempdir().unwrap()
+}
