@@ -829,10 +829,7 @@ fn rows() -> Vec<Row> {
         Row {
             name: "catalog: a record's len = 2^32-1",
             run: len_max_catalog,
-            expect: Fails(
-                "Store",
-                &["record length 4294967295 exceeds the limit of"],
-            ),
+            expect: Fails("Store", &["record length 4294967295 exceeds the limit of"]),
         },
         Row {
             name: "checkpoint: payload length = 2^32-1",
