@@ -330,7 +330,9 @@ struct Inner {
     _lock: Option<VfsLock>,
     catalog: Mutex<Catalog>,
     pending: Mutex<HashMap<String, SessionHeader>>,
-    sessions: RwLock<HashMap<String, Arc<Mutex<Session>>>>,
+    /// Shared with the group-commit thread, which never holds the store
+    /// itself (so dropping the last handle releases the lock at once).
+    sessions: Arc<Sessions>,
     recoveries: Mutex<HashMap<String, Recovery>>,
     /// The group-commit thread (Batched mode), stopped and joined by close.
     group_commit: Mutex<Option<GroupCommit>>,
@@ -431,14 +433,14 @@ impl Store {
                 _lock: lock,
                 catalog: Mutex::new(catalog),
                 pending: Mutex::new(HashMap::new()),
-                sessions: RwLock::new(HashMap::new()),
+                sessions: Arc::new(RwLock::new(HashMap::new())),
                 recoveries: Mutex::new(HashMap::new()),
                 group_commit: Mutex::new(None),
             }),
         };
         if let (Durability::Batched { window }, false) = (store.inner.options.durability, read_only)
         {
-            let handle = spawn_group_commit(Arc::downgrade(&store.inner), window);
+            let handle = spawn_group_commit(store.inner.sessions.clone(), window);
             *store.inner.group_commit.lock().expect("lock") = Some(handle);
         }
         Ok(store)
@@ -1553,7 +1555,7 @@ impl Store {
         if self.inner.read_only {
             return Ok(());
         }
-        self.inner.sync_dirty()?;
+        sync_dirty(&self.inner.sessions)?;
         let sessions: Vec<_> = self
             .inner
             .sessions
@@ -1573,72 +1575,87 @@ impl Store {
 
     /// Flushes and releases the store.
     pub fn close(self) -> Result<()> {
-        // Stop the group-commit thread first, so that it holds no reference
-        // to the store once close returns (the lock is released with the
-        // last handle).
-        let group_commit = self.inner.group_commit.lock().expect("lock").take();
+        // Stop the group-commit thread first: flush then syncs what is left.
+        self.inner.stop_group_commit();
+        self.flush()
+    }
+}
+
+/// Syncs every session with unsynced appends. A failed sync poisons its
+/// session (the data may be lost; retrying the fsync could report a
+/// false success) and is returned.
+fn sync_dirty(sessions: &Sessions) -> Result<()> {
+    // Poisoned locks are entered anyway: this also runs from Drop, where
+    // a second panic would abort the process, and a sync of what was
+    // written is still the right thing to do.
+    let sessions: Vec<_> = sessions
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .values()
+        .cloned()
+        .collect();
+    let mut first_error = None;
+    for session in sessions {
+        let mut s = session
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if s.poisoned {
+            first_error.get_or_insert(Error::Poisoned(s.header.id.clone()));
+            continue;
+        }
+        if let Err(e) = s.sync_if_dirty() {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// The sessions of a store, by id.
+type Sessions = RwLock<HashMap<String, Arc<Mutex<Session>>>>;
+
+impl Inner {
+    /// Stops and joins the group-commit thread, if one runs.
+    fn stop_group_commit(&self) {
+        let group_commit = self
+            .group_commit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         if let Some(gc) = group_commit {
             gc.stop.store(true, std::sync::atomic::Ordering::Release);
             gc.thread.thread().unpark();
             let _ = gc.thread.join();
         }
-        self.flush()
-    }
-}
-
-impl Inner {
-    /// Syncs every session with unsynced appends. A failed sync poisons its
-    /// session (the data may be lost; retrying the fsync could report a
-    /// false success) and is returned.
-    fn sync_dirty(&self) -> Result<()> {
-        let sessions: Vec<_> = self
-            .sessions
-            .read()
-            .expect("lock")
-            .values()
-            .cloned()
-            .collect();
-        let mut first_error = None;
-        for session in sessions {
-            let mut s = session.lock().expect("session lock");
-            if s.poisoned {
-                first_error.get_or_insert(Error::Poisoned(s.header.id.clone()));
-                continue;
-            }
-            if let Err(e) = s.sync_if_dirty() {
-                first_error.get_or_insert(e);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        self.stop_group_commit();
         // Best effort for Batched/None: what an explicit close would sync.
         if !self.read_only {
-            let _ = self.sync_dirty();
+            let _ = sync_dirty(&self.sessions);
         }
     }
 }
 
 /// The group-commit thread of [`Durability::Batched`]: wakes every `window`
-/// and syncs the dirty sessions; exits when the store is dropped.
-fn spawn_group_commit(inner: std::sync::Weak<Inner>, window: std::time::Duration) -> GroupCommit {
+/// and syncs the dirty sessions; stopped and joined by close or drop.
+fn spawn_group_commit(sessions: Arc<Sessions>, window: std::time::Duration) -> GroupCommit {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = stop.clone();
     let thread = std::thread::Builder::new()
         .name("sessionlog-group-commit".into())
         .spawn(move || {
             use std::sync::atomic::Ordering;
+            // Holds the sessions, never the store: dropping the last store
+            // handle stops this thread and releases the lock at once.
             while !flag.load(Ordering::Acquire) {
-                // Woken early by close; holds the store only while syncing.
                 std::thread::park_timeout(window);
                 if flag.load(Ordering::Acquire) {
                     return;
                 }
-                let Some(inner) = inner.upgrade() else { return };
-                let _ = inner.sync_dirty();
+                let _ = sync_dirty(&sessions);
             }
         })
         .expect("spawn the group-commit thread");
