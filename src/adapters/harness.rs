@@ -1283,6 +1283,8 @@ pub fn export_session_to_root(
     f.write_all(&buf)?;
     f.sync_all()?;
     std::fs::rename(&tmp, &path)?;
+    // The rename is durable only once the directory holding it is synced.
+    std::fs::File::open(dir)?.sync_all()?;
     Ok(path)
 }
 
