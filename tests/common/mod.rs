@@ -27,6 +27,15 @@ pub fn turn_log(turns: u64, tag: &str) -> Vec<OwnedEvent> {
             r#"{{"type":"turn/start","seq":{s},"time":{t},"data":{{"turn":{}}}}}"#,
             t + 1
         )));
+        if turns >= 4 && t == turns / 2 {
+            // A compaction: a summary replaces the first two user messages
+            // (seqs 1 and 4), so the workload exercises a surface replace.
+            out.push(ev(&format!(
+                r#"{{"type":"user/message","seq":{},"time":{t},"data":{{"role":"user","content":[{{"type":"text","text":"{tag} summary"}}]}},"sourceEventSeqs":[1,4],"surfaceOp":{{"op":"replace","start":1,"end":4}}}}"#,
+                out.len()
+            )));
+        }
+        let s = out.len() as u64 - 1;
         out.push(ev(&format!(
             r#"{{"type":"user/message","seq":{},"time":{t},"data":{{"role":"user","content":[{{"type":"text","text":"{tag} {t} {}"}}]}},"surfaceOp":"append"}}"#,
             s + 1,
