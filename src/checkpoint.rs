@@ -1,16 +1,30 @@
 //! The session checkpoint: the folded index state written next to the log so
 //! that reopening costs O(events since the checkpoint), not O(log).
 //!
-//! File `CHECKPOINT` in the session directory:
+//! File `CHECKPOINT` in the session directory, all integers little-endian:
 //!
 //! | offset | size | field |
 //! | --- | --- | --- |
 //! | 0 | 8 | magic `SLOGCKPT` |
-//! | 8 | 4 | checkpoint format version, u32 LE ([`CHECKPOINT_VERSION`]) |
-//! | 12 | 8 | payload length, u64 LE (must equal file length - 28) |
-//! | 20 | 4 | CRC-32 (IEEE, crc32fast) of the payload, u32 LE |
-//! | 24 | 4 | CRC-32 of bytes 0..24, u32 LE |
-//! | 28 | n | payload: [`CheckpointBody`], bincode 2, standard config |
+//! | 8 | 4 | checkpoint format version, u32 ([`CHECKPOINT_VERSION`]) |
+//! | 12 | 4 | section count, u32 (must be [`SECTION_COUNT`]) |
+//! | 16 | 20 x 5 | section table: per section its offset u64, length u64, CRC-32 u32 |
+//! | 116 | 4 | CRC-32 of bytes 0..116 |
+//! | 120 | .. | the sections, back to back in table order, ending at the end of the file |
+//!
+//! The sections ([`Section`]): `HEAD` (coverage, last time, repair tracker;
+//! bincode 2 standard config), `STATE` (the [`SessionState`]), `DERIVE` (the
+//! [`DeriveCache`]), and two fixed-width tables written by bincode 2 with
+//! fixed-size little-endian integers, so that they can be read in place:
+//! `BATCHES` (u64 count, then 24-byte [`BatchEntry`]s) and `NODES` (u64
+//! count, then 28-byte `(seq, DataLoc)` entries).
+//!
+//! Opening a session reads only what it needs at once: the header, `HEAD`
+//! and `BATCHES` are checked (checksums, shape, order) and used in place;
+//! `STATE`, `DERIVE` and `NODES` are checked and decoded by
+//! [`Checkpoint::materialise`] the first time the session needs its surface.
+//! So a reopen that only reads events costs O(batches) of checksumming, not
+//! O(surface) of decoding.
 //!
 //! A checkpoint is written atomically (temp file, fsync, rename, directory
 //! fsync) and only ever covers log bytes that are already durable. It is a
@@ -18,8 +32,10 @@
 //! trusted; the session is rebuilt from the log and the rebuild reported.
 
 use crate::derive::DeriveCache;
+use crate::repair::RepairTracker;
 use crate::session::SessionState;
-use crate::vfs::{RealFs, Vfs};
+use crate::vfs::{RealFs, SegmentBytes, Vfs};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -28,9 +44,34 @@ pub const CHECKPOINT_FILE: &str = "CHECKPOINT";
 /// Magic bytes at offset 0.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"SLOGCKPT";
 /// The checkpoint format this build writes and reads.
-pub const CHECKPOINT_VERSION: u32 = 4;
-/// Fixed header length before the payload.
-pub const CHECKPOINT_HEADER_LEN: usize = 28;
+pub const CHECKPOINT_VERSION: u32 = 5;
+/// Sections in a checkpoint of this version.
+pub const SECTION_COUNT: usize = 5;
+/// Bytes per section-table entry: offset, length, CRC.
+const TABLE_ENTRY_LEN: usize = 20;
+/// Offset of the header's own CRC.
+const HEADER_CRC_AT: usize = 16 + SECTION_COUNT * TABLE_ENTRY_LEN;
+/// Fixed header length before the first section.
+pub const CHECKPOINT_HEADER_LEN: usize = HEADER_CRC_AT + 4;
+/// Bytes of one `BATCHES` entry.
+pub const BATCH_ENTRY_LEN: usize = 24;
+/// Bytes of one `NODES` entry.
+pub const NODE_ENTRY_LEN: usize = 28;
+
+/// The sections of a checkpoint, in file order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    /// Coverage, last time, repair tracker (bincode, standard config).
+    Head = 0,
+    /// The folded [`SessionState`] (bincode, standard config).
+    State = 1,
+    /// The [`DeriveCache`] (bincode, standard config).
+    Derive = 2,
+    /// The batch index: fixed-width [`BatchEntry`]s.
+    Batches = 3,
+    /// The data locations of surface nodes: fixed-width `(seq, DataLoc)`.
+    Nodes = 4,
+}
 
 /// Where the checkpoint stops: the log position it covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +112,7 @@ pub struct BatchEntry {
     pub offset: u64,
 }
 
-/// What a checkpoint holds.
+/// What a checkpoint holds, decoded whole.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointBody {
     /// The covered log position.
@@ -85,7 +126,27 @@ pub struct CheckpointBody {
     pub derive: DeriveCache,
     /// Every batch, in order (the `read_from` index).
     pub batches: Vec<BatchEntry>,
-    /// Where each surface node's data lies (the derive index).
+    /// Where each surface node's data lies (the derive index), by seq.
+    pub node_locs: Vec<(u64, DataLoc)>,
+}
+
+/// The `HEAD` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Head {
+    coverage: Coverage,
+    last_time: i64,
+    repair: RepairTracker,
+}
+
+/// What [`Checkpoint::materialise`] decodes: the parts a session needs to
+/// fold, derive and check appends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Materialised {
+    /// The folded model.
+    pub state: SessionState,
+    /// The derive cache.
+    pub derive: DeriveCache,
+    /// Data locations of the surface nodes, in increasing seq order.
     pub node_locs: Vec<(u64, DataLoc)>,
 }
 
@@ -111,80 +172,366 @@ pub enum CheckpointError {
     Io(#[from] std::io::Error),
 }
 
-fn config() -> bincode::config::Configuration {
+fn corrupt(why: impl Into<String>) -> CheckpointError {
+    CheckpointError::Corrupt(why.into())
+}
+
+fn varint_config() -> bincode::config::Configuration {
     bincode::config::standard()
+}
+
+fn fixed_config() -> bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Fixint,
+    bincode::config::NoLimit,
+> {
+    bincode::config::standard().with_fixed_int_encoding()
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+/// Builds checkpoint file bytes around raw section bytes, with every
+/// checksum filled in. [`encode`] uses it; tools and tests can use it to
+/// build files with chosen contents.
+pub fn frame(sections: [&[u8]; SECTION_COUNT]) -> Vec<u8> {
+    let total: usize = sections.iter().map(|s| s.len()).sum();
+    let mut out = Vec::with_capacity(CHECKPOINT_HEADER_LEN + total);
+    out.extend_from_slice(&CHECKPOINT_MAGIC);
+    out.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());
+    out.extend_from_slice(&(SECTION_COUNT as u32).to_le_bytes());
+    let mut at = CHECKPOINT_HEADER_LEN as u64;
+    for s in sections {
+        out.extend_from_slice(&at.to_le_bytes());
+        out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(s).to_le_bytes());
+        at += s.len() as u64;
+    }
+    let head_crc = crc32fast::hash(&out[..HEADER_CRC_AT]);
+    out.extend_from_slice(&head_crc.to_le_bytes());
+    for s in sections {
+        out.extend_from_slice(s);
+    }
+    out
+}
+
+/// Recomputes every section checksum and the header checksum of checkpoint
+/// bytes in place (for tests that damage a file and want the damage to reach
+/// the decoder). Fails if the section table does not describe the file.
+pub fn fix_checksums(bytes: &mut [u8]) -> Result<(), CheckpointError> {
+    let table = section_table(bytes)?;
+    for (i, (off, len, _)) in table.iter().enumerate() {
+        let crc = crc32fast::hash(&bytes[*off..off + len]);
+        let at = 16 + i * TABLE_ENTRY_LEN + 16;
+        bytes[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+    let crc = crc32fast::hash(&bytes[..HEADER_CRC_AT]);
+    bytes[HEADER_CRC_AT..CHECKPOINT_HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
+/// The byte range of each section of checkpoint file bytes, after checking
+/// the header and the section table (not the section checksums).
+pub fn sections(bytes: &[u8]) -> Result<[std::ops::Range<usize>; SECTION_COUNT], CheckpointError> {
+    let table = section_table(bytes)?;
+    Ok(table.map(|(off, len, _)| off..off + len))
 }
 
 /// Serialises a checkpoint to its file bytes.
 pub fn encode(body: &CheckpointBody) -> Vec<u8> {
-    let payload =
-        bincode::serde::encode_to_vec(body, config()).expect("checkpoint body serialises");
-    let mut out = Vec::with_capacity(CHECKPOINT_HEADER_LEN + payload.len());
-    out.extend_from_slice(&CHECKPOINT_MAGIC);
-    out.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-    let head_crc = crc32fast::hash(&out[..24]);
-    out.extend_from_slice(&head_crc.to_le_bytes());
-    out.extend_from_slice(&payload);
-    out
+    let ser = |v: &dyn erased::Ser, fixed: bool| v.encode(fixed);
+    let head = Head {
+        coverage: body.coverage,
+        last_time: body.last_time,
+        repair: body.state.repair().clone(),
+    };
+    let head = ser(&head, false);
+    let state = ser(&body.state, false);
+    let derive = ser(&body.derive, false);
+    let batches = ser(&body.batches, true);
+    let nodes = ser(&body.node_locs, true);
+    debug_assert_eq!(batches.len(), 8 + body.batches.len() * BATCH_ENTRY_LEN);
+    debug_assert_eq!(nodes.len(), 8 + body.node_locs.len() * NODE_ENTRY_LEN);
+    frame([&head, &state, &derive, &batches, &nodes])
 }
 
-/// Parses checkpoint file bytes, verifying magic, version and checksums.
-/// Never allocates more than the input holds.
-pub fn decode(bytes: &[u8]) -> Result<CheckpointBody, CheckpointError> {
-    let corrupt = |why: &str| CheckpointError::Corrupt(why.to_owned());
-    if bytes.len() < CHECKPOINT_HEADER_LEN {
+/// A little object-safe serialisation shim, so [`encode`] reads as a list.
+mod erased {
+    pub trait Ser {
+        fn encode(&self, fixed: bool) -> Vec<u8>;
+    }
+    impl<T: serde::Serialize> Ser for T {
+        fn encode(&self, fixed: bool) -> Vec<u8> {
+            let r = if fixed {
+                bincode::serde::encode_to_vec(self, super::fixed_config())
+            } else {
+                bincode::serde::encode_to_vec(self, super::varint_config())
+            };
+            r.expect("checkpoint sections serialise")
+        }
+    }
+}
+
+/// Checks the fixed header and returns the section table: (offset, length,
+/// crc) per section. The sections must tile the file after the header.
+fn section_table(bytes: &[u8]) -> Result<[(usize, usize, u32); SECTION_COUNT], CheckpointError> {
+    if bytes.len() < 12 {
         return Err(corrupt("shorter than its header"));
     }
     if bytes[..8] != CHECKPOINT_MAGIC {
         return Err(corrupt("bad magic"));
     }
-    let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().expect("4 bytes"));
-    if crc32fast::hash(&bytes[..24]) != u32_at(24) {
-        return Err(corrupt("header checksum mismatch"));
-    }
-    let version = u32_at(8);
+    // The version is read before the header checksum: a future format may
+    // have another header length, and must be refused by name.
+    let version = u32_at(bytes, 8);
     if version != CHECKPOINT_VERSION {
         return Err(CheckpointError::UnsupportedVersion { found: version });
     }
-    let len = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes"));
-    let payload = &bytes[CHECKPOINT_HEADER_LEN..];
-    if len != payload.len() as u64 {
-        return Err(corrupt("payload length does not match the file length"));
+    if bytes.len() < CHECKPOINT_HEADER_LEN {
+        return Err(corrupt("shorter than its header"));
     }
-    if crc32fast::hash(payload) != u32_at(20) {
-        return Err(corrupt("payload checksum mismatch"));
+    if crc32fast::hash(&bytes[..HEADER_CRC_AT]) != u32_at(bytes, HEADER_CRC_AT) {
+        return Err(corrupt("header checksum mismatch"));
     }
-    // bincode checks sequence lengths against the input, but allocates what
-    // a string or byte-buffer length claims before reading it: the limit
-    // bounds that claim (a 1M-event session's checkpoint claims ~30 MiB).
-    let config = config().with_limit::<{ 256 << 20 }>();
-    let (body, used): (CheckpointBody, usize) = bincode::serde::decode_from_slice(payload, config)
-        .map_err(|e| CheckpointError::Corrupt(format!("payload does not decode: {e}")))?;
-    if used != payload.len() {
-        return Err(corrupt("trailing bytes after the payload"));
+    if u32_at(bytes, 12) as usize != SECTION_COUNT {
+        return Err(corrupt(format!(
+            "{} sections, expected {SECTION_COUNT}",
+            u32_at(bytes, 12)
+        )));
     }
-    // A checksum proves these are the bytes written, not that the writer was
-    // right: a surface that is not well formed is never handed out.
-    body.state.surface().validate().map_err(|why| {
-        CheckpointError::Corrupt(format!("the surface is not well formed: {why}"))
-    })?;
-    Ok(body)
+    let mut table = [(0usize, 0usize, 0u32); SECTION_COUNT];
+    let mut expect = CHECKPOINT_HEADER_LEN as u64;
+    for (i, slot) in table.iter_mut().enumerate() {
+        let e = 16 + i * TABLE_ENTRY_LEN;
+        let (off, len, crc) = (
+            u64_at(bytes, e),
+            u64_at(bytes, e + 8),
+            u32_at(bytes, e + 16),
+        );
+        if off != expect
+            || off
+                .checked_add(len)
+                .is_none_or(|end| end > bytes.len() as u64)
+        {
+            return Err(corrupt(format!(
+                "section {i} at {off}+{len} does not follow the previous one inside the file"
+            )));
+        }
+        expect = off + len;
+        *slot = (off as usize, len as usize, crc);
+    }
+    if expect != bytes.len() as u64 {
+        return Err(corrupt("trailing bytes after the last section"));
+    }
+    Ok(table)
 }
 
-/// Reads the checkpoint of the session in `dir`.
-pub fn read(dir: &Path) -> Result<CheckpointBody, CheckpointError> {
-    read_with(&RealFs, dir)
+/// Decodes a bincode (standard config) section. bincode allocates what a
+/// string or byte-buffer length claims before reading it; the limit, the
+/// smallest power of 16 (from 64 KiB) not below the section's length, keeps
+/// those claims within a small multiple of the input (the fuzz budget).
+fn decode_varint<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    fn with<T: DeserializeOwned, const L: usize>(b: &[u8]) -> Result<(T, usize), String> {
+        bincode::serde::decode_from_slice(b, varint_config().with_limit::<L>())
+            .map_err(|e| e.to_string())
+    }
+    let (value, used) = match bytes.len() {
+        n if n <= 1 << 16 => with::<T, { 1 << 16 }>(bytes),
+        n if n <= 1 << 20 => with::<T, { 1 << 20 }>(bytes),
+        n if n <= 1 << 24 => with::<T, { 1 << 24 }>(bytes),
+        n if n <= 1 << 28 => with::<T, { 1 << 28 }>(bytes),
+        _ => with::<T, { 1 << 32 }>(bytes),
+    }?;
+    if used != bytes.len() {
+        return Err("trailing bytes after the value".into());
+    }
+    Ok(value)
 }
 
-/// [`read`] through the file system `vfs`.
-pub fn read_with(vfs: &dyn Vfs, dir: &Path) -> Result<CheckpointBody, CheckpointError> {
-    match vfs.read_file(&dir.join(CHECKPOINT_FILE)) {
-        Ok(bytes) => decode(&bytes),
+/// The count of a fixed-width table section, checked against its length.
+fn table_count(bytes: &[u8], width: usize) -> Option<usize> {
+    let count = usize::try_from(u64_at(bytes.get(..8)?, 0)).ok()?;
+    (count.checked_mul(width)?.checked_add(8)? == bytes.len()).then_some(count)
+}
+
+fn batch_at(bytes: &[u8], i: usize) -> BatchEntry {
+    let o = 8 + i * BATCH_ENTRY_LEN;
+    BatchEntry {
+        first_seq: u64_at(bytes, o),
+        segment: u64_at(bytes, o + 8),
+        offset: u64_at(bytes, o + 16),
+    }
+}
+
+fn node_at(bytes: &[u8], i: usize) -> (u64, DataLoc) {
+    let o = 8 + i * NODE_ENTRY_LEN;
+    (
+        u64_at(bytes, o),
+        DataLoc {
+            segment: u64_at(bytes, o + 8),
+            offset: u64_at(bytes, o + 16),
+            len: u32_at(bytes, o + 24),
+        },
+    )
+}
+
+/// A checkpoint file, opened: header, `HEAD` and `BATCHES` checked; the
+/// other sections checked and decoded on demand ([`Checkpoint::materialise`]).
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    bytes: SegmentBytes,
+    table: [(usize, usize, u32); SECTION_COUNT],
+    head: Head,
+    batch_count: usize,
+}
+
+impl Checkpoint {
+    /// Checks the header, the section table, the `HEAD` section and the
+    /// `BATCHES` section (checksum, length, strictly increasing first seqs,
+    /// all below the covered seq). Cost: O(batches).
+    pub fn parse(bytes: SegmentBytes) -> Result<Checkpoint, CheckpointError> {
+        let table = section_table(&bytes)?;
+        let section = |s: Section| {
+            let (off, len, crc) = table[s as usize];
+            let b = &bytes[off..off + len];
+            if crc32fast::hash(b) != crc {
+                return Err(corrupt(format!("{s:?} section checksum mismatch")));
+            }
+            Ok(b)
+        };
+        let head: Head = decode_varint(section(Section::Head)?)
+            .map_err(|e| corrupt(format!("HEAD does not decode: {e}")))?;
+        let batches = section(Section::Batches)?;
+        let batch_count = table_count(batches, BATCH_ENTRY_LEN)
+            .ok_or_else(|| corrupt("BATCHES length does not match its count"))?;
+        let mut prev: Option<u64> = None;
+        for i in 0..batch_count {
+            let b = batch_at(batches, i);
+            if prev.is_some_and(|p| p >= b.first_seq) || b.first_seq >= head.coverage.next_seq {
+                return Err(corrupt("the batch index is out of order"));
+            }
+            prev = Some(b.first_seq);
+        }
+        Ok(Checkpoint {
+            bytes,
+            table,
+            head,
+            batch_count,
+        })
+    }
+
+    /// The covered log position.
+    pub fn coverage(&self) -> Coverage {
+        self.head.coverage
+    }
+
+    /// The time of the last covered event.
+    pub fn last_time(&self) -> i64 {
+        self.head.last_time
+    }
+
+    /// The repair tracker at the covered position (what is open, for
+    /// closers), without decoding the state.
+    pub fn repair(&self) -> &RepairTracker {
+        &self.head.repair
+    }
+
+    fn section_bytes(&self, s: Section) -> &[u8] {
+        let (off, len, _) = self.table[s as usize];
+        &self.bytes[off..off + len]
+    }
+
+    /// The batch index, read in place from the mapped file.
+    pub fn batches(&self) -> BatchIndex {
+        let (off, _, _) = self.table[Section::Batches as usize];
+        BatchIndex {
+            base: Some(self.bytes.clone()),
+            base_start: off,
+            base_len: self.batch_count,
+            tail: Vec::new(),
+        }
+    }
+
+    /// Checks and decodes `STATE`, `DERIVE` and `NODES`, and checks them
+    /// against `HEAD`: the surface is well formed, the state ends at the
+    /// covered seq with the same repair tracker, and the node locations are
+    /// in strictly increasing seq order. Allocates at most a small multiple
+    /// of the file's size.
+    pub fn materialise(&self) -> Result<Materialised, CheckpointError> {
+        let checked = |s: Section| {
+            let b = self.section_bytes(s);
+            if crc32fast::hash(b) != self.table[s as usize].2 {
+                return Err(corrupt(format!("{s:?} section checksum mismatch")));
+            }
+            Ok(b)
+        };
+        let state: SessionState = decode_varint(checked(Section::State)?)
+            .map_err(|e| corrupt(format!("STATE does not decode: {e}")))?;
+        let derive: DeriveCache = decode_varint(checked(Section::Derive)?)
+            .map_err(|e| corrupt(format!("DERIVE does not decode: {e}")))?;
+        let nodes = checked(Section::Nodes)?;
+        let count = table_count(nodes, NODE_ENTRY_LEN)
+            .ok_or_else(|| corrupt("NODES length does not match its count"))?;
+        let node_locs: Vec<(u64, DataLoc)> = (0..count).map(|i| node_at(nodes, i)).collect();
+        if node_locs.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(corrupt("the node locations are out of order"));
+        }
+        // A checksum proves these are the bytes written, not that the writer
+        // was right: a surface that is not well formed is never handed out.
+        state
+            .surface()
+            .validate()
+            .map_err(|why| corrupt(format!("the surface is not well formed: {why}")))?;
+        if state.next_seq() != self.head.coverage.next_seq || state.repair() != &self.head.repair {
+            return Err(corrupt("its state and its head disagree"));
+        }
+        Ok(Materialised {
+            state,
+            derive,
+            node_locs,
+        })
+    }
+
+    /// Decodes everything into a [`CheckpointBody`].
+    pub fn to_body(&self) -> Result<CheckpointBody, CheckpointError> {
+        let m = self.materialise()?;
+        Ok(CheckpointBody {
+            coverage: self.head.coverage,
+            last_time: self.head.last_time,
+            state: m.state,
+            derive: m.derive,
+            batches: self.batches().to_vec(),
+            node_locs: m.node_locs,
+        })
+    }
+}
+
+/// Parses checkpoint file bytes whole, verifying magic, version, checksums
+/// and the consistency checks of [`Checkpoint::materialise`].
+pub fn decode(bytes: &[u8]) -> Result<CheckpointBody, CheckpointError> {
+    Checkpoint::parse(SegmentBytes::new(bytes.to_vec()))?.to_body()
+}
+
+/// Opens the checkpoint of the session in `dir` ([`Checkpoint::parse`] of
+/// the mapped file).
+pub fn open_with(vfs: &dyn Vfs, dir: &Path) -> Result<Checkpoint, CheckpointError> {
+    match vfs.map(&dir.join(CHECKPOINT_FILE)) {
+        // The file is replaced by rename, never written in place, so the
+        // mapping stays what it was when opened.
+        Ok(bytes) => Checkpoint::parse(bytes),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(CheckpointError::Missing),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Reads the checkpoint of the session in `dir`, whole.
+pub fn read(dir: &Path) -> Result<CheckpointBody, CheckpointError> {
+    open_with(&RealFs, dir)?.to_body()
 }
 
 /// Writes the checkpoint of the session in `dir` atomically: after a crash
@@ -199,27 +546,142 @@ pub fn write_with(vfs: &dyn Vfs, dir: &Path, body: &CheckpointBody) -> Result<()
     Ok(())
 }
 
+/// The batch index of a session (`read_from`): the entries a checkpoint
+/// holds, read in place from its mapping, followed by the batches appended
+/// or replayed since. Entries are in strictly increasing first-seq order.
+#[derive(Debug, Clone, Default)]
+pub struct BatchIndex {
+    base: Option<SegmentBytes>,
+    base_start: usize,
+    base_len: usize,
+    tail: Vec<BatchEntry>,
+}
+
+impl BatchIndex {
+    /// An index holding `entries`.
+    pub fn from_vec(entries: Vec<BatchEntry>) -> Self {
+        BatchIndex {
+            tail: entries,
+            ..BatchIndex::default()
+        }
+    }
+
+    /// Entries in the index.
+    pub fn len(&self) -> usize {
+        self.base_len + self.tail.len()
+    }
+
+    /// Whether the index is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The in-place entries' bytes (with their count prefix), empty when
+    /// there is no base. One deref of the mapping, so loops fetch it once.
+    fn base_bytes(&self) -> &[u8] {
+        match &self.base {
+            Some(b) => &b[self.base_start..self.base_start + 8 + self.base_len * BATCH_ENTRY_LEN],
+            None => &[],
+        }
+    }
+
+    /// Entry `i`.
+    pub fn get(&self, i: usize) -> Option<BatchEntry> {
+        if i < self.base_len {
+            Some(batch_at(self.base_bytes(), i))
+        } else {
+            self.tail.get(i - self.base_len).copied()
+        }
+    }
+
+    /// Appends an entry (its first seq must be above the last one's).
+    pub fn push(&mut self, entry: BatchEntry) {
+        debug_assert!(self.last().is_none_or(|b| b.first_seq < entry.first_seq));
+        self.tail.push(entry);
+    }
+
+    /// The last entry.
+    pub fn last(&self) -> Option<BatchEntry> {
+        self.len().checked_sub(1).and_then(|i| self.get(i))
+    }
+
+    /// The index of the first entry whose first seq is above `seq`, by binary
+    /// search (like `slice::partition_point(|b| b.first_seq <= seq)`).
+    pub fn after_seq(&self, seq: u64) -> usize {
+        if self.tail.first().is_some_and(|b| b.first_seq <= seq) {
+            return self.base_len + self.tail.partition_point(|b| b.first_seq <= seq);
+        }
+        let base = self.base_bytes();
+        let (mut lo, mut hi) = (0, self.base_len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if batch_at(base, mid).first_seq <= seq {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// The entries from `i` on.
+    pub fn iter_from(&self, i: usize) -> impl Iterator<Item = BatchEntry> + '_ {
+        let base = self.base_bytes();
+        (i.min(self.base_len)..self.base_len)
+            .map(move |j| batch_at(base, j))
+            .chain(
+                self.tail
+                    .iter()
+                    .skip(i.saturating_sub(self.base_len))
+                    .copied(),
+            )
+    }
+
+    /// Every entry, copied out.
+    pub fn to_vec(&self) -> Vec<BatchEntry> {
+        self.iter_from(0).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::Event;
 
     fn body() -> CheckpointBody {
+        let mut state = SessionState::new(false);
+        let log = vec![
+            Event::from_json(r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#)
+                .unwrap(),
+            Event::from_json(
+                r#"{"type":"user/message","seq":1,"time":1,"data":{"role":"user","content":[]},"surfaceOp":"append"}"#,
+            )
+            .unwrap(),
+        ];
+        state.append_batch(&log, &Vec::<Event>::new()).unwrap();
         CheckpointBody {
             coverage: Coverage {
                 segment_first_seq: 0,
                 last_record_offset: 64,
                 end_offset: 100,
                 last_record_crc: 7,
-                next_seq: 3,
+                next_seq: 2,
             },
             last_time: -5,
-            state: SessionState::new(false),
+            state,
             derive: DeriveCache::default(),
-            batches: vec![BatchEntry {
-                first_seq: 0,
-                segment: 0,
-                offset: 64,
-            }],
+            batches: vec![
+                BatchEntry {
+                    first_seq: 0,
+                    segment: 0,
+                    offset: 64,
+                },
+                BatchEntry {
+                    first_seq: 1,
+                    segment: 0,
+                    offset: 80,
+                },
+            ],
             node_locs: vec![(
                 1,
                 DataLoc {
@@ -234,6 +696,21 @@ mod tests {
     #[test]
     fn round_trips() {
         assert_eq!(decode(&encode(&body())).unwrap(), body());
+    }
+
+    #[test]
+    fn fixed_tables_are_what_bincode_decodes() {
+        let b = body();
+        let bytes = encode(&b);
+        let ck = Checkpoint::parse(SegmentBytes::new(bytes.clone())).unwrap();
+        let (batches, _): (Vec<BatchEntry>, usize) =
+            bincode::serde::decode_from_slice(ck.section_bytes(Section::Batches), fixed_config())
+                .unwrap();
+        assert_eq!(batches, ck.batches().to_vec());
+        let (nodes, _): (Vec<(u64, DataLoc)>, usize) =
+            bincode::serde::decode_from_slice(ck.section_bytes(Section::Nodes), fixed_config())
+                .unwrap();
+        assert_eq!(nodes, b.node_locs);
     }
 
     #[test]
@@ -252,15 +729,68 @@ mod tests {
     #[test]
     fn other_versions_are_refused_by_name() {
         let mut b = encode(&body());
-        let other = CHECKPOINT_VERSION + 1;
-        b[8..12].copy_from_slice(&other.to_le_bytes());
-        let crc = crc32fast::hash(&b[..24]);
-        b[24..28].copy_from_slice(&crc.to_le_bytes());
-        let e = decode(&b).unwrap_err();
+        for other in [4, CHECKPOINT_VERSION + 1] {
+            b[8..12].copy_from_slice(&other.to_le_bytes());
+            let e = decode(&b).unwrap_err();
+            assert!(
+                matches!(e, CheckpointError::UnsupportedVersion { found } if found == other),
+                "{e}"
+            );
+            assert!(e.to_string().contains(&format!("version {other}")));
+        }
+    }
+
+    #[test]
+    fn out_of_order_tables_are_refused_with_valid_checksums() {
+        let mut b = body();
+        b.batches.swap(0, 1);
+        let e = decode(&encode(&b)).unwrap_err();
+        assert!(e.to_string().contains("batch index is out of order"), "{e}");
+        let mut b = body();
+        b.node_locs.push(b.node_locs[0]);
+        let e = decode(&encode(&b)).unwrap_err();
         assert!(
-            matches!(e, CheckpointError::UnsupportedVersion { found } if found == other),
+            e.to_string().contains("node locations are out of order"),
             "{e}"
         );
-        assert!(e.to_string().contains(&format!("version {other}")));
+    }
+
+    #[test]
+    fn a_huge_string_claim_is_refused_before_allocating() {
+        // A string claiming 2^31 bytes in a 5-byte section: the limit
+        // refuses the claim before bincode allocates for it.
+        let claim = [252u8, 0, 0, 0, 0x80];
+        let e = decode_varint::<String>(&claim).unwrap_err();
+        assert!(e.to_lowercase().contains("limit"), "{e}");
+        // The same claim inside a checksummed HEAD: corrupt, not an abort.
+        let ck = Checkpoint::parse(SegmentBytes::new(encode(&body()))).unwrap();
+        let file = frame([
+            &claim,
+            ck.section_bytes(Section::State),
+            ck.section_bytes(Section::Derive),
+            ck.section_bytes(Section::Batches),
+            ck.section_bytes(Section::Nodes),
+        ]);
+        assert!(matches!(decode(&file), Err(CheckpointError::Corrupt(_))));
+    }
+
+    #[test]
+    fn batch_index_searches_base_and_tail() {
+        let ck = Checkpoint::parse(SegmentBytes::new(encode(&body()))).unwrap();
+        let mut idx = ck.batches();
+        idx.push(BatchEntry {
+            first_seq: 5,
+            segment: 0,
+            offset: 200,
+        });
+        assert_eq!(idx.len(), 3);
+        assert_eq!(idx.after_seq(0), 1);
+        assert_eq!(idx.after_seq(4), 2);
+        assert_eq!(idx.after_seq(5), 3);
+        assert_eq!(idx.get(2).unwrap().offset, 200);
+        assert_eq!(
+            idx.iter_from(1).map(|b| b.first_seq).collect::<Vec<_>>(),
+            vec![1, 5]
+        );
     }
 }

@@ -17,7 +17,9 @@
 //! and closes an interrupted turn (see `format-spec.md`, "Recovery").
 
 use crate::catalog::Catalog;
-use crate::checkpoint::{self, BatchEntry, CheckpointBody, Coverage, DataLoc};
+use crate::checkpoint::{
+    self, BatchEntry, BatchIndex, Checkpoint, CheckpointBody, Coverage, DataLoc,
+};
 use crate::codec;
 use crate::derive::{DeriveCache, Message};
 use crate::event::{Event, OwnedEvent};
@@ -191,11 +193,19 @@ struct Session {
     /// Segments shared with an ancestor through a fork, and their owners.
     lineage: Lineage,
     dir: PathBuf,
+    /// The folded model. While `lazy` holds a checkpoint this is an empty
+    /// placeholder: [`Store::materialise`] fills it before any fold, surface
+    /// or derive; `Session::next_seq` and `Session::closers` answer from the
+    /// checkpoint's head meanwhile.
     state: SessionState,
     derive: DeriveCache,
+    /// A checkpoint used at open whose state, derive cache and node
+    /// locations are not decoded yet (a reopen that only reads events never
+    /// pays for them).
+    lazy: Option<Arc<Checkpoint>>,
     segs: Vec<Seg>,
     writer: Option<SegmentWriter>,
-    batches: Vec<BatchEntry>,
+    batches: BatchIndex,
     node_locs: Arc<FxHashMap<u64, DataLoc>>,
     last_time: i64,
     /// The newest record: (segment, frame offset, end offset, crc).
@@ -550,9 +560,10 @@ impl Store {
             dir,
             state: SessionState::new(self.inner.options.strict),
             derive: DeriveCache::default(),
+            lazy: None,
             segs: Vec::new(),
             writer: None,
-            batches: Vec::new(),
+            batches: BatchIndex::default(),
             node_locs: Arc::new(FxHashMap::default()),
             last_time: 0,
             last_record: None,
@@ -586,7 +597,7 @@ impl Store {
         self.writable()?;
         let session = self.session(id)?;
         let mut s = session.lock().expect("session lock");
-        event.seq = s.state.next_seq();
+        event.seq = s.next_seq();
         event.time = time_ms;
         self.append_locked(&mut s, std::slice::from_ref(&event))?;
         Ok(event.seq)
@@ -597,6 +608,7 @@ impl Store {
         if s.poisoned {
             return Err(Error::Poisoned(id));
         }
+        self.materialise(s)?;
         let Session {
             state,
             segs,
@@ -808,6 +820,7 @@ impl Store {
         let Some((segment_first_seq, last_record_offset, end_offset, crc)) = s.last_record else {
             return Ok(());
         };
+        self.materialise(s)?;
         // A checkpoint only ever covers durable records.
         s.sync_if_dirty()?;
         let Session {
@@ -821,6 +834,9 @@ impl Store {
         derive
             .update(state.surface(), &View { segs, node_locs })
             .map_err(|e| Error::Store(format!("session {:?}: {e}", header.id)))?;
+        let mut node_locs: Vec<(u64, DataLoc)> =
+            s.node_locs.iter().map(|(k, v)| (*k, *v)).collect();
+        node_locs.sort_unstable_by_key(|(seq, _)| *seq);
         let body = CheckpointBody {
             coverage: Coverage {
                 segment_first_seq,
@@ -832,8 +848,8 @@ impl Store {
             last_time: s.last_time,
             state: s.state.clone(),
             derive: s.derive.clone(),
-            batches: s.batches.clone(),
-            node_locs: s.node_locs.iter().map(|(k, v)| (*k, *v)).collect(),
+            batches: s.batches.to_vec(),
+            node_locs,
         };
         checkpoint::write_with(&*self.inner.options.vfs, &s.dir, &body)
             .map_err(|e| Error::Store(format!("session {:?}: {e}", s.header.id)))?;
@@ -846,15 +862,36 @@ impl Store {
     /// tail, close an interrupted turn.
     ///
     /// Cost: O(segments) for the sealed segments the checkpoint covers (their
-    /// footers are checked, not their records), plus O(records after the
-    /// checkpoint).
+    /// footers are checked, not their records), O(batches) to check the
+    /// checkpoint's batch index, plus O(records after the checkpoint). The
+    /// checkpoint's surface, derive cache and node locations are decoded
+    /// only when something needs them ([`Store::materialise`]), or at once
+    /// when events after it must be folded or closers appended.
     fn load_session(
         &self,
         header: SessionHeader,
         uid: [u8; 16],
         repair: bool,
     ) -> Result<(Session, Recovery)> {
-        let mut s = self.new_session(header)?;
+        self.load_session_with(header, uid, repair, true)
+    }
+
+    /// [`Store::load_session`], ignoring the checkpoint unless
+    /// `use_checkpoint`: a checkpoint found wrong while it is materialised
+    /// restarts the load without it.
+    fn load_session_with(
+        &self,
+        header: SessionHeader,
+        uid: [u8; 16],
+        repair: bool,
+        use_checkpoint: bool,
+    ) -> Result<(Session, Recovery)> {
+        let restart = |why: String| -> Result<(Session, Recovery)> {
+            let (s, mut rec) = self.load_session_with(header.clone(), uid, repair, false)?;
+            rec.rebuild_reason = Some(why);
+            Ok((s, rec))
+        };
+        let mut s = self.new_session(header.clone())?;
         s.uid = uid;
         s.unpublished = false;
         let vfs = &*self.inner.options.vfs;
@@ -891,9 +928,14 @@ impl Store {
         // The checkpoint is a cache: use it only if the record it claims to
         // end at is in the log, with the checksum it recorded.
         let mut covered: Option<Coverage> = None;
-        match checkpoint::read_with(vfs, &s.dir) {
-            Ok(body) => {
-                let c = body.coverage;
+        let opened = if use_checkpoint {
+            checkpoint::open_with(vfs, &s.dir)
+        } else {
+            Err(checkpoint::CheckpointError::Missing)
+        };
+        match opened {
+            Ok(ck) => {
+                let c = ck.coverage();
                 let found = files.iter().position(|(f, _)| *f == c.segment_first_seq);
                 let ok = found.is_some_and(|i| {
                     segment::record_at(
@@ -907,19 +949,17 @@ impl Store {
                             && crc_at(&maps[i], loc.offset) == c.last_record_crc
                     })
                 });
+                let batches = ck.batches();
                 let consistent = if ok {
-                    checkpoint_consistent(&body, &files, &maps)
+                    batches_consistent(&batches, &files, &maps)
                 } else {
                     Err("checkpoint does not match the log".into())
                 };
                 if let Err(why) = consistent {
                     rec.rebuild_reason = Some(why);
                 } else {
-                    s.state = body.state;
-                    s.derive = body.derive;
-                    s.batches = body.batches;
-                    s.node_locs = Arc::new(body.node_locs.into_iter().collect());
-                    s.last_time = body.last_time;
+                    s.batches = batches;
+                    s.last_time = ck.last_time();
                     s.last_record = Some((
                         c.segment_first_seq,
                         c.last_record_offset,
@@ -928,9 +968,11 @@ impl Store {
                     ));
                     covered = Some(c);
                     s.unverified = Some((c.segment_first_seq, c.end_offset));
+                    s.lazy = Some(Arc::new(ck));
                 }
             }
-            Err(e) => rec.rebuild_reason = Some(e.to_string()),
+            Err(e) if use_checkpoint => rec.rebuild_reason = Some(e.to_string()),
+            Err(_) => {}
         }
         rec.used_checkpoint = covered.is_some();
 
@@ -995,8 +1037,15 @@ impl Store {
             }
             .map_err(|e| segment_error(&id, path, e))?;
             for b in &scan.batches {
-                if b.first_seq < s.state.next_seq() {
+                if b.first_seq < s.next_seq() {
                     continue; // a full rescan after a resume met a footer
+                }
+                // Events after the checkpoint are folded into its state.
+                if let Some(ck) = s.lazy.take()
+                    && let Err(why) = install(&mut s, &ck, |seg| len_in(&files, &maps, seg))
+                {
+                    drop(s);
+                    return restart(why);
                 }
                 let r = b.codec_range();
                 let events = codec::decode_batch(
@@ -1020,7 +1069,7 @@ impl Store {
                 rec.replayed += events.len() as u64;
             }
             if last {
-                expected_first = s.state.next_seq();
+                expected_first = s.next_seq();
                 if let Tail::Torn { offset, .. } = scan.tail {
                     torn = Some((path.clone(), offset));
                     rec.torn_at = Some(offset);
@@ -1036,14 +1085,14 @@ impl Store {
                     active = Some((ident, path.clone(), scan));
                 }
             } else {
-                expected_first = s.state.next_seq().max(expected_first);
+                expected_first = s.next_seq().max(expected_first);
             }
         }
         // Replayed events are not in any checkpoint yet: the next flush
         // writes one, so the next open does not replay them again.
         s.since_checkpoint = rec.replayed;
         if self.inner.read_only {
-            rec.closers = s.state.closers().len() as u64;
+            rec.closers = s.closers().len() as u64;
             return Ok((s, rec));
         }
         if let Some((path, offset)) = torn {
@@ -1058,14 +1107,21 @@ impl Store {
                 // A crash while the segment was created: rewrite its header.
                 SegmentWriter::open_append_with(vfs, &path, &ident, &scan)
             } else {
-                SegmentWriter::resume_with(vfs, &path, &ident, scan.valid_end, s.state.next_seq())
+                SegmentWriter::resume_with(vfs, &path, &ident, scan.valid_end, s.next_seq())
             };
             let mut w = w.map_err(|e| segment_error(&id, &path, e))?;
             w.set_max_record(self.inner.options.max_record)
                 .map_err(|e| segment_error(&id, &path, e))?;
             s.writer = Some(w);
         }
-        if repair {
+        if repair && !s.closers().is_empty() {
+            // Closers are folded: the checkpoint's state is needed now.
+            if let Some(ck) = s.lazy.take()
+                && let Err(why) = install(&mut s, &ck, |seg| len_in(&files, &maps, seg))
+            {
+                drop(s);
+                return restart(why);
+            }
             rec.closers = self.append_closers(&mut s)?.len() as u64;
         }
         Ok((s, rec))
@@ -1075,12 +1131,45 @@ impl Store {
     /// batch and syncs it, whatever the durability mode. Returns them (empty
     /// when the log is balanced).
     fn append_closers(&self, s: &mut Session) -> Result<Vec<OwnedEvent>> {
+        self.materialise(s)?;
         let closers = s.state.closers();
         if !closers.is_empty() {
             self.append_locked(s, &closers)?;
             s.sync_now()?;
         }
         Ok(closers)
+    }
+
+    /// Decodes what the session's checkpoint left in place at open (its
+    /// state, derive cache and node locations), checking it first. A
+    /// checkpoint found wrong here is dropped and the session rebuilt from
+    /// the log, and [`Store::recovery`] reports the rebuild and why.
+    fn materialise(&self, s: &mut Session) -> Result<()> {
+        let Some(ck) = s.lazy.take() else {
+            return Ok(());
+        };
+        let lens: Vec<(u64, u64)> = s
+            .segs
+            .iter()
+            .map(|g| (g.first_seq, g.map.len() as u64))
+            .collect();
+        let len_of = |segment: u64| lens.iter().find(|(f, _)| *f == segment).map(|g| g.1);
+        let Err(why) = install(s, &ck, len_of) else {
+            return Ok(());
+        };
+        drop(ck);
+        let id = s.header.id.clone();
+        // The rebuild replaces the session whole (its writer too); the old
+        // one never appended anything after its checkpoint.
+        let placeholder = self.new_session(s.header.clone())?;
+        let old = std::mem::replace(s, placeholder);
+        let (header, uid) = (old.header.clone(), old.uid);
+        drop(old);
+        let (fresh, mut rec) = self.load_session_with(header, uid, true, false)?;
+        rec.rebuild_reason = Some(why);
+        *s = fresh;
+        self.inner.recoveries.lock().expect("lock").insert(id, rec);
+        Ok(())
     }
 
     /// Checks, once per open, the records a checkpoint covered (they were
@@ -1164,19 +1253,18 @@ impl Store {
         seq: u64,
         until: u64,
     ) -> Result<Vec<OwnedEvent>> {
-        let start = s
-            .batches
-            .partition_point(|b| b.first_seq <= seq)
-            .saturating_sub(1);
-        let mut out = Vec::new();
+        let start = s.batches.after_seq(seq).saturating_sub(1);
         let mut closers = Vec::new();
         if self.inner.read_only {
-            closers = s.state.closers();
+            closers = s.closers();
         }
+        let stored_end = s.next_seq().min(until);
+        let mut out = Vec::with_capacity(stored_end.saturating_sub(seq) as usize + closers.len());
+        // The seq the next batch must start at: the index must not skip one.
+        let mut expected: Option<u64> = (start == 0).then_some(0);
         for b in s
             .batches
-            .iter()
-            .skip(start)
+            .iter_from(start)
             .take_while(|b| b.first_seq < until)
         {
             let corrupt = |path: &Path, reason: String| Error::Corrupt {
@@ -1207,6 +1295,17 @@ impl Store {
                         "no valid record where the index points (checksum or frame damaged)".into(),
                     )
                 })?;
+            if expected.is_some_and(|e| e != loc.first_seq) {
+                return Err(corrupt(
+                    &seg.path,
+                    format!(
+                        "the index skips from seq {} to batch {}",
+                        expected.unwrap_or_default(),
+                        loc.first_seq
+                    ),
+                ));
+            }
+            expected = Some(loc.first_seq + u64::from(loc.count));
             let r = loc.codec_range();
             let events = codec::decode_batch(
                 &seg.map[r.start as usize..r.end as usize],
@@ -1215,12 +1314,24 @@ impl Store {
                 0,
             )
             .map_err(|e| corrupt(&seg.path, e.to_string()))?;
-            out.extend(
-                events
-                    .into_iter()
-                    .filter(|e| e.seq >= seq && e.seq < until)
-                    .map(Event::into_owned),
-            );
+            for e in events {
+                if e.seq >= seq && e.seq < until {
+                    out.push(e.into_owned());
+                }
+            }
+        }
+        // (A poisoned session may hold a written batch its index missed.)
+        if !s.poisoned && until >= s.next_seq() && expected.is_some_and(|e| e != s.next_seq()) {
+            return Err(Error::Corrupt {
+                session: id.to_owned(),
+                segment: s.dir.clone(),
+                offset: 0,
+                reason: format!(
+                    "the batch index ends at seq {} but the log at {}",
+                    expected.unwrap_or_default(),
+                    s.next_seq()
+                ),
+            });
         }
         out.extend(
             closers
@@ -1233,7 +1344,8 @@ impl Store {
     /// The session's surface.
     pub fn surface(&self, id: &str) -> Result<Surface> {
         let session = self.session(id)?;
-        let s = session.lock().expect("session lock");
+        let mut s = session.lock().expect("session lock");
+        self.materialise(&mut s)?;
         if self.inner.read_only && s.state.repair().is_open() {
             let mut state = s.state.clone();
             let snap = s.snapshot();
@@ -1250,6 +1362,7 @@ impl Store {
     pub fn derive(&self, id: &str) -> Result<Derived> {
         let session = self.session(id)?;
         let mut s = session.lock().expect("session lock");
+        self.materialise(&mut s)?;
         self.verify_covered(&mut s)?;
         let snapshot = s.snapshot();
         let Session { derive, state, .. } = &mut *s;
@@ -1288,7 +1401,7 @@ impl Store {
         let child_dir = self.session_dir(&id)?;
         let parent = self.session(source)?;
         let p = parent.lock().expect("session lock");
-        let at = at.min(p.state.next_seq());
+        let at = at.min(p.next_seq());
         header.parent_session = Some(source.to_owned());
         header.seed_length = Some(at);
 
@@ -1420,7 +1533,8 @@ impl Store {
     /// offset.
     pub fn verify(&self, id: &str) -> Result<VerifyReport> {
         let session = self.session(id)?;
-        let s = session.lock().expect("session lock");
+        let mut s = session.lock().expect("session lock");
+        self.materialise(&mut s)?;
         let mut report = VerifyReport::default();
         let mut state = SessionState::new(self.inner.options.strict);
         let mut log: Vec<OwnedEvent> = Vec::new();
@@ -1509,7 +1623,7 @@ impl Store {
         }
         // Stored events only: a read-only view's synthesised closers are not
         // on disk.
-        let events = self.read_from_locked(&s, id, 0, s.state.next_seq())?;
+        let events = self.read_from_locked(&s, id, 0, s.next_seq())?;
         let mut jsonl_bytes = 0u64;
         let mut buf = Vec::new();
         for e in &events {
@@ -1546,7 +1660,7 @@ impl Store {
             return Ok(closers);
         }
         let recovered = self.recovery(id).map_or(0, |r| r.closers);
-        let from = s.state.next_seq().saturating_sub(recovered);
+        let from = s.next_seq().saturating_sub(recovered);
         self.read_from_locked(&s, id, from, u64::MAX)
     }
 
@@ -1737,6 +1851,22 @@ impl Session {
         self.last_record = Some((segment, b.offset, b.end(), crc_at(map, b.offset)));
     }
 
+    /// The seq the next event must have.
+    fn next_seq(&self) -> u64 {
+        match &self.lazy {
+            Some(ck) => ck.coverage().next_seq,
+            None => self.state.next_seq(),
+        }
+    }
+
+    /// The closers a crash now would need.
+    fn closers(&self) -> Vec<OwnedEvent> {
+        match &self.lazy {
+            Some(ck) => ck.repair().closers(),
+            None => self.state.closers(),
+        }
+    }
+
     fn snapshot(&self) -> Snapshot {
         Snapshot {
             segs: self.segs.clone(),
@@ -1745,51 +1875,65 @@ impl Session {
     }
 }
 
-/// Whether a checkpoint whose checksums and covered record check out is also
-/// internally consistent with the log: its surface is well formed, and every
-/// batch and data location it indexes lies in a segment that exists. A
-/// checksum proves the bytes are the ones written, not that they are right.
-fn checkpoint_consistent(
-    body: &CheckpointBody,
+/// The length of segment `segment` among the files found at load.
+fn len_in(files: &[(u64, PathBuf)], maps: &[SegmentBytes], segment: u64) -> Option<u64> {
+    files
+        .iter()
+        .position(|(f, _)| *f == segment)
+        .map(|i| maps[i].len() as u64)
+}
+
+/// Whether a checkpoint's batch index, whose checksum, order and covered
+/// record check out, also points only into segments that exist. A checksum
+/// proves the bytes are the ones written, not that they are right.
+fn batches_consistent(
+    batches: &BatchIndex,
     files: &[(u64, PathBuf)],
     maps: &[SegmentBytes],
 ) -> std::result::Result<(), String> {
-    let bad = |why: String| Err(format!("checkpoint is inconsistent: {why}"));
-    if let Err(why) = body.state.surface().validate() {
-        return bad(format!("surface: {why}"));
-    }
-    if body.state.next_seq() != body.coverage.next_seq {
-        return bad("its state and its covered seq disagree".into());
-    }
-    let len_of = |segment: u64| {
-        files
-            .iter()
-            .position(|(f, _)| *f == segment)
-            .map(|i| maps[i].len() as u64)
+    // Entries come in seq order, so their segments too: one lookup per
+    // segment, not per batch.
+    let mut current: Option<(u64, Option<u64>)> = None;
+    let mut len_of = |segment: u64| match current {
+        Some((s, len)) if s == segment => len,
+        _ => {
+            let len = len_in(files, maps, segment);
+            current = Some((segment, len));
+            len
+        }
     };
-    if body
-        .batches
-        .windows(2)
-        .any(|w| w[0].first_seq >= w[1].first_seq)
-        || body
-            .batches
-            .last()
-            .is_some_and(|b| b.first_seq >= body.coverage.next_seq)
-    {
-        return bad("the batch index is out of order".into());
-    }
-    if let Some(b) = body
-        .batches
-        .iter()
+    match batches
+        .iter_from(0)
         .find(|b| len_of(b.segment).is_none_or(|len| b.offset >= len))
     {
-        return bad(format!("batch {} points outside the log", b.first_seq));
+        Some(b) => Err(format!(
+            "checkpoint is inconsistent: batch {} points outside the log",
+            b.first_seq
+        )),
+        None => Ok(()),
     }
-    if let Some((seq, _)) = body.node_locs.iter().find(|(_, l)| {
+}
+
+/// Decodes the lazily kept parts of checkpoint `ck` into `s` (state, derive
+/// cache, node locations), after checking them ([`Checkpoint::materialise`])
+/// and that every node's data lies inside its segment (`len_of`). On error
+/// `s` is unchanged and the checkpoint must not be used.
+fn install(
+    s: &mut Session,
+    ck: &Checkpoint,
+    len_of: impl Fn(u64) -> Option<u64>,
+) -> std::result::Result<(), String> {
+    let m = ck.materialise().map_err(|e| e.to_string())?;
+    if let Some((seq, _)) = m.node_locs.iter().find(|(_, l)| {
         len_of(l.segment).is_none_or(|len| l.offset.saturating_add(u64::from(l.len)) > len)
     }) {
-        return bad(format!("the data of node {seq} points outside the log"));
+        return Err(format!(
+            "checkpoint is inconsistent: the data of node {seq} points outside the log"
+        ));
     }
+    s.state = m.state;
+    s.derive = m.derive;
+    s.node_locs = Arc::new(m.node_locs.into_iter().collect());
     Ok(())
 }
 

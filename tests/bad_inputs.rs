@@ -373,21 +373,25 @@ fn len_max_catalog(dir: &Path) -> Outcome {
     reopen_and_load(&root).map(|(_, log)| format!("loaded {} events", log.len()))
 }
 
-/// The checkpoint's payload length field (u64) says 2^32-1, header CRC
+/// The length field (u64) of the checkpoint's BATCHES section (its section
+/// table entry 3, bytes 84..92) says 2^32-1, header CRC (bytes 116..120)
 /// fixed: the checkpoint is refused and the session rebuilt from the log.
 fn len_max_checkpoint(dir: &Path) -> Outcome {
     let (root, _, events) = segmented_store(dir);
     let path = root.join("sessions/s/CHECKPOINT");
     let mut bytes = std::fs::read(&path).expect("checkpoint");
-    bytes[12..20].copy_from_slice(&u64::from(u32::MAX).to_le_bytes());
-    let crc = crc32(&bytes[..24]);
-    bytes[24..28].copy_from_slice(&crc.to_le_bytes());
+    bytes[84..92].copy_from_slice(&u64::from(u32::MAX).to_le_bytes());
+    let crc = crc32(&bytes[..116]);
+    bytes[116..120].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&path, bytes).expect("write");
     let (store, log) = reopen_and_load(&root)?;
     let rec = store.recovery("s").expect("recovered");
     assert!(!rec.used_checkpoint);
     let reason = rec.rebuild_reason.unwrap_or_default();
-    assert!(reason.contains("payload length"), "{reason}");
+    assert!(
+        reason.contains("section 3") && reason.contains("inside the file"),
+        "{reason}"
+    );
     assert!(log == events, "rebuilt from the log");
     Ok(format!(
         "accepted: checkpoint ignored ({reason}), log rebuilt"
@@ -832,7 +836,7 @@ fn rows() -> Vec<Row> {
             expect: Fails("Store", &["record length 4294967295 exceeds the limit of"]),
         },
         Row {
-            name: "checkpoint: payload length = 2^32-1",
+            name: "checkpoint: a section length = 2^32-1",
             run: len_max_checkpoint,
             expect: Accepted,
         },

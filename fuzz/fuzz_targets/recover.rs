@@ -240,16 +240,24 @@ enum Expect {
     NoPanic,
 }
 
-fn with_crcs(body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(checkpoint::CHECKPOINT_HEADER_LEN + body.len());
-    out.extend_from_slice(&checkpoint::CHECKPOINT_MAGIC);
-    out.extend_from_slice(&checkpoint::CHECKPOINT_VERSION.to_le_bytes());
-    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
-    let head = crc32fast::hash(&out[..24]);
-    out.extend_from_slice(&head.to_le_bytes());
-    out.extend_from_slice(body);
-    out
+/// A checksummed checkpoint whose sections are `body` cut at the lengths
+/// of the template's real sections (the last takes the rest), so the real
+/// sections' bytes give back the real file.
+fn with_crcs(t: &Template, body: &[u8]) -> Vec<u8> {
+    let real = checkpoint::sections(&t.files[t.checkpoint].1).expect("template checkpoint");
+    let mut parts: [&[u8]; checkpoint::SECTION_COUNT] = [&[]; checkpoint::SECTION_COUNT];
+    let mut rest = body;
+    for (i, part) in parts.iter_mut().enumerate() {
+        let n = if i + 1 == checkpoint::SECTION_COUNT {
+            rest.len()
+        } else {
+            real[i].len().min(rest.len())
+        };
+        let (head, tail) = rest.split_at(n);
+        *part = head;
+        rest = tail;
+    }
+    checkpoint::frame(parts)
 }
 
 fn catalog_frame(payload: &[u8]) -> Vec<u8> {
@@ -343,7 +351,7 @@ fn damage(t: &Template, data: &[u8]) -> (Vec<(PathBuf, Vec<u8>)>, Expect) {
         }
         // Crafted: a checksummed checkpoint with an arbitrary body.
         12 => {
-            files[t.checkpoint].1 = with_crcs(payload);
+            files[t.checkpoint].1 = with_crcs(t, payload);
             expect = Expect::NoPanic;
         }
         // Crafted: the real checkpoint body with bytes xored in, checksums fixed.
@@ -359,7 +367,7 @@ fn damage(t: &Template, data: &[u8]) -> (Vec<(PathBuf, Vec<u8>)>, Expect) {
                     body[at % n] ^= x;
                 }
             }
-            files[t.checkpoint].1 = with_crcs(&body);
+            files[t.checkpoint].1 = with_crcs(t, &body);
             expect = Expect::NoPanic;
         }
         // Crafted: a checksum-valid record with arbitrary codec bytes after

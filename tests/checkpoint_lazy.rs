@@ -1,0 +1,195 @@
+//! The checkpoint's lazily checked sections (format-spec.md, section 5):
+//! reading events after a reopen uses only `HEAD` and `BATCHES`; the state,
+//! derive cache and node locations are checked when first needed, and a
+//! damaged one then makes the store rebuild the session from the log, with
+//! the same answers as before.
+
+mod common;
+
+use common::{ev, turn_log};
+use sessionlog::checkpoint::{self, CHECKPOINT_FILE, Section};
+use sessionlog::event::OwnedEvent;
+use sessionlog::header::SessionHeader;
+use sessionlog::store::{Options, Store};
+use std::path::{Path, PathBuf};
+
+/// `turns` turns with a compaction in the middle (`common::turn_log`); the
+/// last turn left open (its turn/end dropped) when `open_last`.
+fn log(turns: u64, open_last: bool) -> Vec<OwnedEvent> {
+    let mut out = turn_log(turns, "lazy");
+    if open_last {
+        out.pop();
+    }
+    out
+}
+
+/// One more closed turn after `log`.
+fn next_turn(log: &[OwnedEvent]) -> Vec<OwnedEvent> {
+    let s = log.len();
+    vec![
+        ev(&format!(
+            r#"{{"type":"turn/start","seq":{s},"time":99,"data":{{"turn":99}}}}"#
+        )),
+        ev(&format!(
+            r#"{{"type":"turn/end","seq":{},"time":99,"data":{{"turn":99,"reason":{{"kind":"completed"}}}}}}"#,
+            s + 1
+        )),
+    ]
+}
+
+fn opts() -> Options {
+    Options {
+        preallocate: 4096,
+        ..Options::default()
+    }
+}
+
+/// A store with one session "s" holding `events` in batches of 4, closed
+/// (so its checkpoint covers everything). Returns the checkpoint's path.
+fn build(dir: &Path, events: &[OwnedEvent]) -> PathBuf {
+    let store = Store::open(dir, opts()).unwrap();
+    store.create(SessionHeader::new("s", 0)).unwrap();
+    for batch in events.chunks(4) {
+        store.append("s", batch).unwrap();
+    }
+    store.close().unwrap();
+    let sessions = dir.join("sessions");
+    let session_dir = std::fs::read_dir(&sessions)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    session_dir.join(CHECKPOINT_FILE)
+}
+
+/// Flips one byte in the middle of `section`, leaving its CRC stale.
+fn damage(path: &Path, section: Section) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let range = checkpoint::sections(&bytes).unwrap()[section as usize].clone();
+    assert!(!range.is_empty(), "{section:?} is empty");
+    bytes[range.start + range.len() / 2] ^= 0x40;
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn reading_events_does_not_decode_the_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = log(20, false);
+    let path = build(dir.path(), &events);
+    let before = {
+        let store = Store::open_read_only(dir.path()).unwrap();
+        (
+            store.surface("s").unwrap(),
+            store.derive("s").unwrap().messages().count(),
+        )
+    };
+    // A damaged STATE goes unnoticed by reads, which do not need it...
+    damage(&path, Section::State);
+    let store = Store::open(dir.path(), opts()).unwrap();
+    assert_eq!(store.load("s").unwrap().1, events);
+    assert_eq!(store.read_from("s", 37).unwrap(), events[37..].to_vec());
+    let rec = store.recovery("s").unwrap();
+    assert!(rec.used_checkpoint && rec.replayed == 0, "{rec:?}");
+    // ...and is found when the surface is needed: rebuilt from the log.
+    assert_eq!(store.surface("s").unwrap(), before.0);
+    let rec = store.recovery("s").unwrap();
+    assert!(!rec.used_checkpoint, "{rec:?}");
+    let reason = rec.rebuild_reason.unwrap_or_default();
+    assert!(
+        reason.contains("State section checksum mismatch"),
+        "{reason}"
+    );
+    assert_eq!(store.derive("s").unwrap().messages().count(), before.1);
+    assert_eq!(store.load("s").unwrap().1, events);
+}
+
+#[test]
+fn each_damaged_lazy_section_rebuilds_at_first_use_with_the_same_answers() {
+    for section in [Section::State, Section::Derive, Section::Nodes] {
+        // first use: an append, a derive, a verify
+        for use_case in 0..3 {
+            let dir = tempfile::tempdir().unwrap();
+            let events = log(12, false);
+            let path = build(dir.path(), &events);
+            let expected_messages = {
+                let store = Store::open_read_only(dir.path()).unwrap();
+                store.derive("s").unwrap().messages().count()
+            };
+            damage(&path, section);
+            let store = Store::open(dir.path(), opts()).unwrap();
+            match use_case {
+                0 => {
+                    let more = next_turn(&events);
+                    store.append("s", &more).unwrap();
+                    assert_eq!(store.load("s").unwrap().1, [events, more].concat());
+                }
+                1 => assert_eq!(
+                    store.derive("s").unwrap().messages().count(),
+                    expected_messages
+                ),
+                _ => {
+                    let report = store.verify("s").unwrap();
+                    assert_eq!(report.events, events.len() as u64);
+                }
+            }
+            let rec = store.recovery("s").unwrap();
+            assert!(!rec.used_checkpoint, "{section:?} case {use_case}: {rec:?}");
+            let reason = rec.rebuild_reason.clone().unwrap_or_default();
+            assert!(
+                reason.contains(&format!("{section:?} section checksum mismatch")),
+                "{section:?} case {use_case}: {reason}"
+            );
+            // The new checkpoint written by close is whole again.
+            store.close().unwrap();
+            let store = Store::open(dir.path(), opts()).unwrap();
+            assert!(store.surface("s").is_ok());
+            let rec = store.recovery("s").unwrap();
+            assert!(rec.used_checkpoint, "{section:?} case {use_case}: {rec:?}");
+        }
+    }
+}
+
+#[test]
+fn a_damaged_eager_section_rebuilds_at_open() {
+    for section in [Section::Head, Section::Batches] {
+        let dir = tempfile::tempdir().unwrap();
+        let events = log(12, false);
+        let path = build(dir.path(), &events);
+        damage(&path, section);
+        let store = Store::open(dir.path(), opts()).unwrap();
+        assert_eq!(store.load("s").unwrap().1, events);
+        let rec = store.recovery("s").unwrap();
+        assert!(!rec.used_checkpoint, "{section:?}: {rec:?}");
+        let reason = rec.rebuild_reason.unwrap_or_default();
+        assert!(
+            reason.contains(&format!("{section:?} section checksum mismatch")),
+            "{section:?}: {reason}"
+        );
+    }
+}
+
+#[test]
+fn an_open_turn_under_a_lazy_checkpoint_is_closed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = log(6, true);
+    // The writer closes without repairing: the checkpoint covers the open
+    // turn, and the closers come at the next writable open.
+    build(dir.path(), &events);
+    // Read-only: the closers come from the checkpoint's HEAD alone.
+    {
+        let store = Store::open_read_only(dir.path()).unwrap();
+        let loaded = store.load("s").unwrap().1;
+        assert_eq!(loaded.len(), events.len() + 1);
+        assert_eq!(loaded.last().unwrap().kind, "turn/end");
+    }
+    for round in 0..2 {
+        let store = Store::open(dir.path(), opts()).unwrap();
+        let loaded = store.load("s").unwrap().1;
+        assert_eq!(loaded.len(), events.len() + 1, "round {round}");
+        assert_eq!(loaded[..events.len()], events[..]);
+        let rec = store.recovery("s").unwrap();
+        assert_eq!(rec.closers, u64::from(round == 0), "round {round}: {rec:?}");
+        store.close().unwrap();
+    }
+}
