@@ -2,7 +2,8 @@
 //! tests: two sessions, batches of several sizes, segment rollovers, a
 //! checkpoint, an open last turn, a fork, a delete, a close; the model of
 //! what each session must hold afterwards, and the check of a reopened store
-//! against that model.
+//! against that model. Also the discovery of the harness fixtures, for the
+//! tests that read them.
 #![allow(dead_code)] // each test crate uses a different part
 
 use sessionlog::event::{Event, OwnedEvent};
@@ -11,7 +12,7 @@ use sessionlog::session::SessionState;
 use sessionlog::store::{Error, Options, Store};
 use sessionlog::vfs::Vfs;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub fn ev(text: &str) -> OwnedEvent {
@@ -317,4 +318,28 @@ pub fn fast_tempdir() -> tempfile::TempDir {
         return d;
     }
     tempfile::tempdir().unwrap()
+}
+
+/// The fixture root, `$SESSIONLOG_FIXTURES` or else `../shared/fixtures`
+/// beside the repository, when it holds the harness logs
+/// (`harness-jsonl/MANIFEST.tsv`). The fixtures live outside the repository:
+/// when they are absent this fails if `SESSIONLOG_REQUIRE_FIXTURES` is set
+/// (CI sets it), and otherwise says SKIPPED on stderr and returns `None`.
+pub fn fixtures() -> Option<PathBuf> {
+    let dir = std::env::var_os("SESSIONLOG_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures"));
+    if dir.join("harness-jsonl/MANIFEST.tsv").is_file() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var_os("SESSIONLOG_REQUIRE_FIXTURES").is_none(),
+        "fixtures required but not found at {}",
+        dir.display()
+    );
+    eprintln!(
+        "SKIPPED: harness fixtures not found at {} (set SESSIONLOG_FIXTURES)",
+        dir.display()
+    );
+    None
 }
