@@ -31,34 +31,23 @@
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use sessionlog::checkpoint::CHECKPOINT_FILE;
 use sessionlog::event::{OwnedEvent, SurfaceOp};
-use sessionlog::header::SessionHeader;
-use sessionlog::store::{Durability, Options, Store};
+use sessionlog::store::{Durability, Store};
 use std::cell::OnceCell;
 use std::fmt::Write as _;
-use std::hint::black_box;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+mod common;
+use common::{ID, build_store, delete_checkpoint, options, reopen_once, session_dir, smoke};
 
 const T0: i64 = 1_786_000_000_000;
-const ID: &str = "bench-session";
 const BATCH: usize = 64;
-
-fn smoke() -> bool {
-    std::env::var("SESSIONLOG_BENCH_SMOKE").is_ok_and(|v| v == "1")
-}
 
 fn sizes() -> [u64; 3] {
     if smoke() {
         [1_000, 10_000, 20_000]
     } else {
         [1_000, 100_000, 1_000_000]
-    }
-}
-
-fn options() -> Options {
-    Options {
-        durability: Durability::None,
-        ..Options::default()
     }
 }
 
@@ -257,34 +246,30 @@ struct Fixture {
 fn build(root: &Path, n: u64) -> Fixture {
     let dir = root.join(n.to_string());
     let started = Instant::now();
-    let store = Store::open(&dir, options()).expect("open a new store");
-    store.create(SessionHeader::new(ID, 0)).expect("create");
     let mut g = Gen::new();
     let (mut events, mut chunks, mut surface) = (0u64, 0u64, 0u64);
     let (mut chunk_bytes, mut jsonl_bytes) = (0usize, 0usize);
-    loop {
-        let batch = g.batch(n);
-        if batch.is_empty() {
-            break;
-        }
-        events += batch.len() as u64;
-        chunks += batch.iter().filter(|e| e.kind == "assistant/chunk").count() as u64;
-        surface += batch.iter().filter(|e| e.surface_op.is_some()).count() as u64;
-        for e in &batch {
-            jsonl_bytes += e.to_json().len() + 1;
-            if e.kind == "assistant/chunk" {
-                chunk_bytes += e.data.get().len();
+    let checkpoint = build_store(&dir, 0, |store| {
+        loop {
+            let batch = g.batch(n);
+            if batch.is_empty() {
+                break;
             }
+            events += batch.len() as u64;
+            chunks += batch.iter().filter(|e| e.kind == "assistant/chunk").count() as u64;
+            surface += batch.iter().filter(|e| e.surface_op.is_some()).count() as u64;
+            for e in &batch {
+                jsonl_bytes += e.to_json().len() + 1;
+                if e.kind == "assistant/chunk" {
+                    chunk_bytes += e.data.get().len();
+                }
+            }
+            store.append(ID, &batch).expect("append a valid batch");
         }
-        store.append(ID, &batch).expect("append a valid batch");
-    }
-    store.close().expect("close writes the checkpoint");
+    });
     let built = started.elapsed();
 
-    let session_dir = dir
-        .join("sessions")
-        .join(sessionlog::fsutil::encode_session_dir_name(ID).expect("valid session id"));
-    let checkpoint = session_dir.join(CHECKPOINT_FILE);
+    let session_dir = session_dir(&dir);
     let ckpt_bytes = std::fs::metadata(&checkpoint)
         .expect("close wrote the checkpoint")
         .len();
@@ -308,7 +293,7 @@ fn build(root: &Path, n: u64) -> Fixture {
     );
 
     // The checkpoint path: used, nothing replayed.
-    let store = Store::open(&dir, options()).expect("reopen");
+    let store = Store::open(&dir, options(Durability::None)).expect("reopen");
     assert!(store.read_from(ID, u64::MAX).expect("load").is_empty());
     let rec = store.recovery(ID).expect("loaded");
     assert!(rec.used_checkpoint, "fresh checkpoint not used: {rec:?}");
@@ -321,7 +306,7 @@ fn build(root: &Path, n: u64) -> Fixture {
     // store without close leaves the checkpoint deleted.
     let bytes = std::fs::read(&checkpoint).expect("checkpoint");
     std::fs::remove_file(&checkpoint).expect("delete the checkpoint");
-    let store = Store::open(&dir, options()).expect("reopen");
+    let store = Store::open(&dir, options(Durability::None)).expect("reopen");
     assert!(store.read_from(ID, u64::MAX).expect("load").is_empty());
     let rec = store.recovery(ID).expect("loaded");
     assert!(!rec.used_checkpoint, "{rec:?}");
@@ -335,14 +320,6 @@ fn build(root: &Path, n: u64) -> Fixture {
         events,
         checkpoint,
     }
-}
-
-/// `Store::open` + the first access to the session (the lazy load) + drop.
-fn reopen(dir: &Path) {
-    let store = Store::open(dir, options()).expect("reopen");
-    let tail = store.read_from(ID, u64::MAX).expect("load the session");
-    black_box(tail);
-    drop(black_box(store));
 }
 
 fn bench(c: &mut Criterion) {
@@ -359,21 +336,17 @@ fn bench(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("checkpoint", n), |b| {
             let f = get();
             assert!(f.checkpoint.exists());
-            b.iter(|| reopen(&f.dir))
+            b.iter(|| reopen_once(&f.dir))
         });
         g.bench_function(BenchmarkId::new("rebuild", n), |b| {
             let f = get();
             b.iter_batched(
-                || match std::fs::remove_file(&f.checkpoint) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => panic!("delete the checkpoint: {e}"),
-                },
-                |()| reopen(&f.dir),
+                || delete_checkpoint(&f.checkpoint),
+                |()| reopen_once(&f.dir),
                 BatchSize::PerIteration,
             );
             // Leave the store as built: a fresh checkpoint.
-            let store = Store::open(&f.dir, options()).expect("reopen");
+            let store = Store::open(&f.dir, options(Durability::None)).expect("reopen");
             assert!(store.read_from(ID, u64::MAX).expect("load").is_empty());
             assert_eq!(store.recovery(ID).expect("loaded").replayed, f.events);
             store.close().expect("close writes the checkpoint");
@@ -383,10 +356,7 @@ fn bench(c: &mut Criterion) {
 }
 
 fn config() -> Criterion {
-    let (warm, measure) = if smoke() { (0.2, 0.5) } else { (1.0, 5.0) };
-    Criterion::default()
-        .warm_up_time(Duration::from_secs_f64(warm))
-        .measurement_time(Duration::from_secs_f64(measure))
+    common::config(if smoke() { (0.2, 0.5) } else { (1.0, 5.0) })
 }
 
 criterion_group! {

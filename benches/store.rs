@@ -42,11 +42,10 @@
 use criterion::{
     BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
-use sessionlog::checkpoint::CHECKPOINT_FILE;
 use sessionlog::event::{OwnedEvent, SurfaceOp};
 use sessionlog::header::SessionHeader;
 use sessionlog::sample::{Sample, SampleConfig};
-use sessionlog::store::{Durability, Options, Store};
+use sessionlog::store::{Durability, Store};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::hint::black_box;
@@ -54,18 +53,8 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-const ID: &str = "bench-session";
-
-fn smoke() -> bool {
-    std::env::var("SESSIONLOG_BENCH_SMOKE").is_ok_and(|v| v == "1")
-}
-
-fn options(durability: Durability) -> Options {
-    Options {
-        durability,
-        ..Options::default()
-    }
-}
+mod common;
+use common::{ID, build_store, delete_checkpoint, options, reopen_once, smoke};
 
 /// An endless stream of realistic events with contiguous seqs: generated
 /// sessions concatenated, seqs (and the seqs they cite) re-based.
@@ -180,11 +169,6 @@ fn fill(store: &Store, stream: &mut Stream, n: u64, interrupt: bool) -> u64 {
     stream.next_seq
 }
 
-fn session_dir(dir: &Path) -> PathBuf {
-    dir.join("sessions")
-        .join(sessionlog::fsutil::encode_session_dir_name(ID).expect("valid session id"))
-}
-
 /// A built store of one session.
 struct Fixture {
     dir: PathBuf,
@@ -192,16 +176,6 @@ struct Fixture {
     /// Bytes of log (`SessionStats::bytes`).
     bytes: u64,
     checkpoint: PathBuf,
-}
-
-impl Fixture {
-    fn delete_checkpoint(&self) {
-        match std::fs::remove_file(&self.checkpoint) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => panic!("delete the checkpoint: {e}"),
-        }
-    }
 }
 
 /// What a fixture holds after it is built.
@@ -228,20 +202,13 @@ fn build(root: &Path, n: u64, kind: Kind) -> Fixture {
     };
     let dir = root.join(format!("{tag}-{n}"));
     let started = Instant::now();
-    let store = Store::open(&dir, options(Durability::None)).expect("open a new store");
-    store
-        .create(SessionHeader::new(
-            ID,
-            SampleConfig::default().start_time as u64,
-        ))
-        .expect("create");
     let mut stream = Stream::new(42);
-    let mut events = fill(&store, &mut stream, n, kind == Kind::Interrupted);
-    let bytes = store.stats(ID).expect("stats").bytes;
-    store.close().expect("close writes the checkpoint");
-    let checkpoint = session_dir(&dir).join(CHECKPOINT_FILE);
-    assert!(checkpoint.exists(), "close wrote the checkpoint");
-    let mut bytes = bytes;
+    let (mut events, mut bytes) = (0, 0);
+    let created_at = SampleConfig::default().start_time as u64;
+    let checkpoint = build_store(&dir, created_at, |store| {
+        events = fill(store, &mut stream, n, kind == Kind::Interrupted);
+        bytes = store.stats(ID).expect("stats").bytes;
+    });
     if kind == Kind::Stale {
         let store = Store::open(&dir, options(Durability::None)).expect("reopen");
         events = fill(&store, &mut stream, events + stale_delta(), false);
@@ -451,13 +418,6 @@ fn derive(c: &mut Criterion, fx: &Fixtures) {
     g.finish();
 }
 
-/// `Store::open` + the first access to the session (the lazy load) + drop.
-fn reopen_once(dir: &Path) {
-    let store = Store::open(dir, options(Durability::None)).expect("reopen");
-    black_box(store.read_from(ID, u64::MAX).expect("load the session"));
-    drop(black_box(store));
-}
-
 fn reopen_sizes() -> [u64; 2] {
     if smoke() {
         [300, 1_000]
@@ -491,7 +451,7 @@ fn reopen(c: &mut Criterion, fx: &Fixtures) {
             let saved = std::fs::read(&f.checkpoint).expect("checkpoint");
             // A dropped writable store writes no checkpoint: deleted once,
             // it stays deleted.
-            f.delete_checkpoint();
+            delete_checkpoint(&f.checkpoint);
             b.iter(|| reopen_once(&f.dir));
             assert!(!f.checkpoint.exists(), "a dropped store wrote a checkpoint");
             std::fs::write(&f.checkpoint, saved).expect("restore the checkpoint");
@@ -508,7 +468,7 @@ fn recovery(c: &mut Criterion, fx: &Fixtures) {
     g.throughput(Throughput::Bytes(f.bytes));
     g.bench_function(BenchmarkId::new("scan", n), |b| {
         let saved = std::fs::read(&f.checkpoint).expect("checkpoint");
-        f.delete_checkpoint();
+        delete_checkpoint(&f.checkpoint);
         b.iter(|| {
             let store = Store::open_read_only(&f.dir).expect("open");
             black_box(store.read_from(ID, u64::MAX).expect("load"));
@@ -597,10 +557,7 @@ fn bench(c: &mut Criterion) {
 }
 
 fn config() -> Criterion {
-    let (warm, measure) = if smoke() { (0.1, 0.2) } else { (1.0, 3.0) };
-    Criterion::default()
-        .warm_up_time(Duration::from_secs_f64(warm))
-        .measurement_time(Duration::from_secs_f64(measure))
+    common::config(if smoke() { (0.1, 0.2) } else { (1.0, 3.0) })
 }
 
 criterion_group! {

@@ -643,42 +643,20 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
                     continue;
                 }
                 let age = age_secs.map_or_else(|| "none".to_owned(), |d| format!("{d}s"));
-                writeln!(
-                    out,
-                    "{id} events={} segments={} bytes={} bytes/event={} jsonl_bytes={} ratio={} since_checkpoint={} checkpoint_age={age}",
-                    s.events,
-                    s.segments,
-                    s.bytes,
-                    per_event(s.bytes, s.events),
-                    s.jsonl_bytes,
-                    ratio(s.bytes, s.jsonl_bytes),
-                    s.events_since_checkpoint,
-                )
-                .map_err(io_err)?;
+                writeln!(out, "{id} {} checkpoint_age={age}", Totals::of(&s)).map_err(io_err)?;
             }
             if json {
                 return writeln!(out, "{}", serde_json::Value::Array(objects)).map_err(io_err);
             }
             if all {
-                writeln!(
-                    out,
-                    "total sessions={} events={} segments={} bytes={} bytes/event={} jsonl_bytes={} ratio={} since_checkpoint={}",
-                    ids.len(),
-                    total.events,
-                    total.segments,
-                    total.bytes,
-                    per_event(total.bytes, total.events),
-                    total.jsonl_bytes,
-                    ratio(total.bytes, total.jsonl_bytes),
-                    total.since_checkpoint,
-                )
-                .map_err(io_err)?;
+                writeln!(out, "total sessions={} {total}", ids.len()).map_err(io_err)?;
             }
             Ok(())
         }
     }
 }
 
+/// The counts of `stats`: one session's, or the sum over sessions.
 #[derive(Default)]
 struct Totals {
     events: u64,
@@ -689,12 +667,36 @@ struct Totals {
 }
 
 impl Totals {
+    /// The counts of one session.
+    fn of(s: &store::SessionStats) -> Totals {
+        let mut t = Totals::default();
+        t.add(s);
+        t
+    }
+
     fn add(&mut self, s: &store::SessionStats) {
         self.events += s.events;
         self.segments += s.segments;
         self.bytes += s.bytes;
         self.jsonl_bytes += s.jsonl_bytes;
         self.since_checkpoint += s.events_since_checkpoint;
+    }
+}
+
+/// The fields a `stats` line has for a session and for the total.
+impl std::fmt::Display for Totals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "events={} segments={} bytes={} bytes/event={} jsonl_bytes={} ratio={} since_checkpoint={}",
+            self.events,
+            self.segments,
+            self.bytes,
+            per_event(self.bytes, self.events),
+            self.jsonl_bytes,
+            ratio(self.bytes, self.jsonl_bytes),
+            self.since_checkpoint,
+        )
     }
 }
 

@@ -12,6 +12,8 @@ use sessionlog::store::{Options, Store};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
 /// What a run of the CLI produced.
 struct Run {
     code: i32,
@@ -499,25 +501,6 @@ fn usage_and_missing_store_errors() {
 // Real harness logs
 // ---------------------------------------------------------------------------
 
-fn fixtures() -> Option<PathBuf> {
-    let dir = std::env::var_os("SESSIONLOG_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures"));
-    if dir.join("harness-jsonl/MANIFEST.tsv").is_file() {
-        return Some(dir.join("harness-jsonl"));
-    }
-    assert!(
-        std::env::var_os("SESSIONLOG_REQUIRE_FIXTURES").is_none(),
-        "fixtures required but not found at {}",
-        dir.display()
-    );
-    eprintln!(
-        "SKIPPED: harness fixtures not found at {} (set SESSIONLOG_FIXTURES)",
-        dir.display()
-    );
-    None
-}
-
 /// Fixtures with distinct ids (`None`), or imported under a new id: packed
 /// rows, a replace op, the flat dialect, an open last turn, a header without
 /// `version`, a subagent child with `parentSession`.
@@ -550,7 +533,8 @@ const FIXTURES: [(&str, Option<&str>); 6] = [
 
 #[test]
 fn imported_fixtures_read_back_as_in_file_mode() {
-    let Some(fx) = fixtures() else { return };
+    let Some(fx) = common::fixtures() else { return };
+    let fx = fx.join("harness-jsonl");
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let mut expected_ls = Vec::new();

@@ -10,27 +10,10 @@
 
 use serde_json::Value;
 use sessionlog::json::value_eq;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn fixtures() -> Option<PathBuf> {
-    let dir = std::env::var_os("SESSIONLOG_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures"));
-    if dir.join("harness-jsonl/MANIFEST.tsv").is_file() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var_os("SESSIONLOG_REQUIRE_FIXTURES").is_none(),
-        "fixtures required but not found at {}",
-        dir.display()
-    );
-    eprintln!(
-        "SKIPPED: harness fixtures not found at {} (set SESSIONLOG_FIXTURES)",
-        dir.display()
-    );
-    None
-}
+mod common;
 
 /// Runs the CLI; returns (exit code, stdout).
 fn cli(args: &[&str]) -> (i32, String) {
@@ -180,7 +163,9 @@ fn conform(dir: &Path, row: &ManifestRow) -> Result<(), String> {
 
 #[test]
 fn every_fixture_agrees_with_expected_outputs() {
-    let Some(dir) = fixtures() else { return };
+    let Some(dir) = common::fixtures() else {
+        return;
+    };
     let rows = manifest(&dir);
     assert!(
         rows.len() >= 100,

@@ -15,7 +15,7 @@
 //!
 //! After the crash every operation fails (the process is gone). Each image
 //! is "rebooted": opened with the real file system and checked against the
-//! model of `tests/faults.rs` (every acknowledged batch present, the one
+//! model of `tests/common` (every acknowledged batch present, the one
 //! in-flight batch whole or absent, nothing partial, repair closers exactly
 //! once), plus: `verify` passes, surface and derive equal a from-scratch
 //! fold of the recovered events (a fresh store fed the same events), and a
@@ -507,7 +507,10 @@ impl Vfs for CrashFs {
 // ---------------------------------------------------------------------------
 
 mod common;
-use common::{Model as SessionsModel, closers, ev, fast_tempdir, options, workload};
+use common::{
+    Model as SessionsModel, append_after_reopen, check_session, fast_tempdir, listed_sessions,
+    options, workload,
+};
 
 // ---------------------------------------------------------------------------
 // Checking an image
@@ -536,53 +539,12 @@ fn copy_tree(from: &Path, to: &Path) {
 fn check_image(store_dir: &Path, model: &SessionsModel, context: &str) -> usize {
     let store = Store::open(store_dir, options())
         .unwrap_or_else(|e| panic!("{context}: reopen failed: {e}"));
-    let listed: Vec<String> = store.list().into_iter().map(|h| h.id).collect();
-    for id in &listed {
-        assert!(
-            model.sessions.contains_key(id),
-            "{context}: unknown session {id}"
-        );
-    }
+    let listed = listed_sessions(&store, model, context);
     let mut checked = 0;
     for (id, m) in &model.sessions {
-        let exists = listed.contains(id);
-        if m.deleted {
-            assert!(!exists, "{context}: deleted session {id} is back");
+        let Some(got) = check_session(&store, &listed, id, m, context) else {
             continue;
-        }
-        if !exists {
-            assert!(
-                m.may_be_absent || m.delete_failed,
-                "{context}: acknowledged session {id} is missing"
-            );
-            continue;
-        }
-        let got = store
-            .read_from(id, 0)
-            .unwrap_or_else(|e| panic!("{context}: reading {id}: {e}"));
-        let mut candidates = vec![m.acked.clone()];
-        if let Some(x) = &m.in_flight {
-            let mut with = m.acked.clone();
-            with.extend_from_slice(x);
-            candidates.push(with);
-        }
-        let ok = candidates.into_iter().any(|mut want| {
-            !want.is_empty() && {
-                want.extend(closers(&want));
-                got == want
-            }
-        });
-        assert!(
-            ok,
-            "{context}: session {id} holds {} events; acknowledged {} (+{} in flight); recovery {:?}",
-            got.len(),
-            m.acked.len(),
-            m.in_flight.as_ref().map_or(0, Vec::len),
-            store.recovery(id)
-        );
-        store
-            .verify(id)
-            .unwrap_or_else(|e| panic!("{context}: verify {id}: {e}"));
+        };
         // A from-scratch fold: a fresh store fed the recovered events.
         let fresh_dir = tempdir();
         let fresh = Store::open(fresh_dir.path(), options()).unwrap();
@@ -613,13 +575,7 @@ fn check_image(store_dir: &Path, model: &SessionsModel, context: &str) -> usize 
             "{context}: read_from of {id}"
         );
         // It accepts a new append.
-        let seq = got.len() as u64;
-        let e = ev(&format!(
-            r#"{{"type":"session/title","seq":{seq},"time":1000,"data":{{"title":"after"}}}}"#
-        ));
-        store
-            .append(id, std::slice::from_ref(&e))
-            .unwrap_or_else(|err| panic!("{context}: append to {id} after reopen: {err}"));
+        append_after_reopen(&store, id, got.len() as u64, context);
         checked += 1;
     }
     checked

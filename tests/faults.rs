@@ -45,71 +45,17 @@ use common::*;
 fn check_recovered(dir: &Path, model: &Model, context: &str) {
     let store =
         Store::open(dir, options()).unwrap_or_else(|e| panic!("{context}: reopen failed: {e}"));
-    let listed: Vec<String> = store.list().into_iter().map(|h| h.id).collect();
+    let listed = listed_sessions(&store, model, context);
     let mut present = BTreeMap::new();
     for (id, m) in &model.sessions {
-        let exists = listed.contains(id);
-        if m.deleted {
-            assert!(!exists, "{context}: deleted session {id} is back");
-            continue;
+        if let Some(got) = check_session(&store, &listed, id, m, context) {
+            present.insert(id.clone(), got);
         }
-        if !exists {
-            assert!(
-                m.may_be_absent || m.delete_failed,
-                "{context}: acknowledged session {id} is missing"
-            );
-            continue;
-        }
-        let got = store
-            .read_from(id, 0)
-            .unwrap_or_else(|e| panic!("{context}: reading {id}: {e}"));
-        let mut ok = false;
-        let mut candidates = vec![m.acked.clone()];
-        if let Some(x) = &m.in_flight {
-            let mut with = m.acked.clone();
-            with.extend_from_slice(x);
-            candidates.push(with);
-        }
-        for mut want in candidates {
-            if want.is_empty() {
-                continue;
-            }
-            want.extend(closers(&want));
-            if got == want {
-                ok = true;
-            }
-        }
-        assert!(
-            ok,
-            "{context}: session {id} holds {} events; acknowledged {} (+{} in flight); \
-             recovery {:?}",
-            got.len(),
-            m.acked.len(),
-            m.in_flight.as_ref().map_or(0, Vec::len),
-            store.recovery(id)
-        );
-        store
-            .verify(id)
-            .unwrap_or_else(|e| panic!("{context}: verify {id}: {e}"));
-        present.insert(id.clone(), got);
-    }
-    // No session the workload did not make.
-    for id in &listed {
-        assert!(
-            model.sessions.contains_key(id),
-            "{context}: unknown session {id}"
-        );
     }
     // The store accepts new appends, and they survive a reopen.
     for (id, log) in &mut present {
         let seq = log.len() as u64;
-        let e = ev(&format!(
-            r#"{{"type":"session/title","seq":{seq},"time":1000,"data":{{"title":"after"}}}}"#
-        ));
-        store
-            .append(id, std::slice::from_ref(&e))
-            .unwrap_or_else(|err| panic!("{context}: append to {id} after reopen: {err}"));
-        log.push(e);
+        log.push(append_after_reopen(&store, id, seq, context));
     }
     store.create(SessionHeader::new("new", 0)).unwrap();
     let first = turn_log(1, "new");

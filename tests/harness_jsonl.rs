@@ -20,28 +20,11 @@ use sessionlog::store::{Durability, Options, Store};
 use sessionlog::violation::Rule;
 use std::path::{Path, PathBuf};
 
+mod common;
+
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-fn fixtures() -> Option<PathBuf> {
-    let dir = std::env::var_os("SESSIONLOG_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures"));
-    if dir.join("harness-jsonl/MANIFEST.tsv").is_file() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var_os("SESSIONLOG_REQUIRE_FIXTURES").is_none(),
-        "fixtures required but not found at {}",
-        dir.display()
-    );
-    eprintln!(
-        "SKIPPED: harness fixtures not found at {} (set SESSIONLOG_FIXTURES)",
-        dir.display()
-    );
-    None
-}
 
 /// The fixture files whose manifest says `check = ok`.
 fn ok_fixtures(dir: &Path) -> Vec<PathBuf> {
@@ -176,7 +159,9 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
 
 #[test]
 fn every_ok_fixture_imports_exports_and_round_trips() {
-    let Some(dir) = fixtures() else { return };
+    let Some(dir) = common::fixtures() else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let mut checked = 0;
     let mut repaired = 0;
@@ -263,7 +248,9 @@ fn every_ok_fixture_imports_exports_and_round_trips() {
 
 #[test]
 fn fixture_packed_rows_repack_byte_for_byte() {
-    let Some(dir) = fixtures() else { return };
+    let Some(dir) = common::fixtures() else {
+        return;
+    };
     let mut files_checked = 0;
     let mut rows_checked = 0;
     for file in ok_fixtures(&dir) {

@@ -91,47 +91,33 @@ type EventRow = (
     Option<String>,
 );
 
-fn session_rows(db: &Path) -> Vec<SessionRow> {
+/// Every row `sql` selects from the database at `db`, as a tuple of its
+/// columns.
+fn select<T>(db: &Path, sql: &str) -> Vec<T>
+where
+    T: for<'r> TryFrom<&'r rusqlite::Row<'r>, Error = rusqlite::Error>,
+{
     let conn = Connection::open(db).unwrap();
-    let mut stmt = conn
-        .prepare("SELECT id, version, created_at, cwd, parent_session, seed_length FROM sessions ORDER BY id")
-        .unwrap();
-    stmt.query_map([], |r| {
-        Ok((
-            r.get(0)?,
-            r.get(1)?,
-            r.get(2)?,
-            r.get(3)?,
-            r.get(4)?,
-            r.get(5)?,
-        ))
-    })
-    .unwrap()
-    .collect::<Result<_, _>>()
-    .unwrap()
+    let mut stmt = conn.prepare(sql).unwrap();
+    stmt.query_map([], |r| T::try_from(r))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn session_rows(db: &Path) -> Vec<SessionRow> {
+    select(
+        db,
+        "SELECT id, version, created_at, cwd, parent_session, seed_length FROM sessions ORDER BY id",
+    )
 }
 
 /// Events rows by session id, in seq order.
 fn event_rows(db: &Path) -> BTreeMap<String, Vec<EventRow>> {
-    let conn = Connection::open(db).unwrap();
-    let mut stmt = conn
-        .prepare("SELECT session_id, seq, type, time, data, source_event_seqs, surface_op FROM events ORDER BY session_id, seq")
-        .unwrap();
-    let rows: Vec<EventRow> = stmt
-        .query_map([], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-            ))
-        })
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let rows: Vec<EventRow> = select(
+        db,
+        "SELECT session_id, seq, type, time, data, source_event_seqs, surface_op FROM events ORDER BY session_id, seq",
+    );
     let mut out: BTreeMap<String, Vec<EventRow>> = BTreeMap::new();
     for row in rows {
         out.entry(row.0.clone()).or_default().push(row);
@@ -140,14 +126,10 @@ fn event_rows(db: &Path) -> BTreeMap<String, Vec<EventRow>> {
 }
 
 fn schema_sql(db: &Path) -> Vec<(String, String)> {
-    let conn = Connection::open(db).unwrap();
-    let mut stmt = conn
-        .prepare("SELECT name, sql FROM sqlite_schema WHERE type = 'table' ORDER BY name")
-        .unwrap();
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
+    select(
+        db,
+        "SELECT name, sql FROM sqlite_schema WHERE type = 'table' ORDER BY name",
+    )
 }
 
 #[test]
@@ -441,7 +423,7 @@ fn a_missing_column_is_a_schema_mismatch_naming_the_table() {
     ));
     let store = open_store(&tmp.path().join("store"));
     store.create(SessionHeader::new("x", 1)).unwrap();
-    let events: Vec<OwnedEvent> = GOOD.iter().map(envelope).collect();
+    let events = good_events();
     store.append("x", &events).unwrap();
     assert!(matches!(
         export_db(&store, &["x".to_owned()], &db),
@@ -464,11 +446,16 @@ fn envelope(r: &Row<'_>) -> OwnedEvent {
     Event::from_json(&line).unwrap().into_owned()
 }
 
+/// The events of the rows `GOOD`.
+fn good_events() -> Vec<OwnedEvent> {
+    GOOD.iter().map(envelope).collect()
+}
+
 /// A store holding session "keep", and its content.
 fn store_with_keep(dir: &Path) -> (Store, Vec<OwnedEvent>) {
     let store = open_store(dir);
     store.create(SessionHeader::new("keep", 5)).unwrap();
-    let events: Vec<OwnedEvent> = GOOD.iter().map(envelope).collect();
+    let events = good_events();
     store.append("keep", &events).unwrap();
     (store, events)
 }
@@ -565,7 +552,7 @@ fn a_failed_append_leaves_no_half_imported_session() {
         let (store, _) = store_with_keep(&store_dir);
         store.close().unwrap();
     }
-    let keep: Vec<OwnedEvent> = GOOD.iter().map(envelope).collect();
+    let keep = good_events();
     let store = Store::open(
         &store_dir,
         Options {

@@ -33,6 +33,44 @@ fn small_opts() -> Options {
     }
 }
 
+/// No preallocation: the segment file ends where the log does.
+fn unpreallocated() -> Options {
+    Options {
+        preallocate: 0,
+        ..small_opts()
+    }
+}
+
+/// 4 KiB segments, so that a long log spans several.
+fn small_segments() -> Options {
+    Options {
+        segment_size: 4096,
+        ..small_opts()
+    }
+}
+
+/// A store opened in `dir` with `opts`, with session `id` created in it.
+fn store_with_session(dir: &Path, opts: Options, id: &str) -> Store {
+    let store = Store::open(dir, opts).unwrap();
+    store.create(SessionHeader::new(id, 0)).unwrap();
+    store
+}
+
+/// Appends `log` to `id`, one event per batch.
+fn append_one_by_one(store: &Store, id: &str, log: &[OwnedEvent]) {
+    for e in log {
+        store.append(id, std::slice::from_ref(e)).unwrap();
+    }
+}
+
+/// Writes a store in `dir` holding session "s" with `log` (one batch), and
+/// closes it (which writes the checkpoint).
+fn write_closed_store(dir: &Path, log: &[OwnedEvent]) {
+    let store = store_with_session(dir, small_opts(), "s");
+    store.append("s", log).unwrap();
+    store.close().unwrap();
+}
+
 #[test]
 fn the_store_is_send_and_sync() {
     fn shared<T: Send + Sync + Clone>() {}
@@ -44,8 +82,7 @@ fn files_are_private() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("store");
-    let store = Store::open(&root, small_opts()).unwrap();
-    store.create(SessionHeader::new("s", 0)).unwrap();
+    let store = store_with_session(&root, small_opts(), "s");
     store.append("s", &turn_log()).unwrap();
     store.close().unwrap();
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
@@ -105,8 +142,7 @@ fn append_close_reopen_and_repair_once() {
 #[test]
 fn bad_batches_are_rejected_whole_naming_seq_and_type() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), small_opts()).unwrap();
-    store.create(SessionHeader::new("s", 0)).unwrap();
+    let store = store_with_session(dir.path(), small_opts(), "s");
     let log = turn_log();
     let err = store.append("s", &log[1..3]).unwrap_err();
     assert!(
@@ -181,27 +217,15 @@ fn truncating_the_last_segment_anywhere_recovers_a_prefix_of_whole_batches() {
     let dir = tempfile::tempdir().unwrap();
     let log = turn_log();
     {
-        let store = Store::open(
-            dir.path(),
-            Options {
-                preallocate: 0,
-                ..small_opts()
-            },
-        )
-        .unwrap();
-        store.create(SessionHeader::new("s", 0)).unwrap();
-        for e in &log {
-            store.append("s", std::slice::from_ref(e)).unwrap();
-        }
+        let store = store_with_session(dir.path(), unpreallocated(), "s");
+        append_one_by_one(&store, "s", &log);
     }
     let seg = segment_path(dir.path());
     let full = std::fs::read(&seg).unwrap();
     let mut checked = 0;
     for cut in 64..full.len() {
-        let copy = tempfile::tempdir().unwrap();
-        copy_dir(dir.path(), copy.path());
+        let copy = copy_without_checkpoint(dir.path());
         std::fs::write(segment_path(copy.path()), &full[..cut]).unwrap();
-        let _ = std::fs::remove_file(segment_path(copy.path()).with_file_name("CHECKPOINT"));
         let store = Store::open(copy.path(), small_opts()).unwrap();
         let events = store.load("s").unwrap().1;
         let kept = events
@@ -216,6 +240,15 @@ fn truncating_the_last_segment_anywhere_recovers_a_prefix_of_whole_batches() {
         checked += 1;
     }
     assert!(checked > 100);
+}
+
+/// A copy of the store in `dir` without its session's checkpoint, so that a
+/// reopen reads the segment.
+fn copy_without_checkpoint(dir: &Path) -> tempfile::TempDir {
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(dir, copy.path());
+    let _ = std::fs::remove_file(segment_path(copy.path()).with_file_name("CHECKPOINT"));
+    copy
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -236,18 +269,8 @@ fn flipping_a_committed_bit_is_corruption_never_a_different_log() {
     let dir = tempfile::tempdir().unwrap();
     let log = turn_log();
     {
-        let store = Store::open(
-            dir.path(),
-            Options {
-                preallocate: 0,
-                ..small_opts()
-            },
-        )
-        .unwrap();
-        store.create(SessionHeader::new("s", 0)).unwrap();
-        for e in &log {
-            store.append("s", std::slice::from_ref(e)).unwrap();
-        }
+        let store = store_with_session(dir.path(), unpreallocated(), "s");
+        append_one_by_one(&store, "s", &log);
         // A balanced tail so reopening adds nothing.
         store
             .append("s", &[ev(r#"{"type":"tool/result","seq":5,"time":6,"data":{"turn":1,"step":1,"callId":"c1","content":[],"isError":false},"surfaceOp":"append","sourceEventSeqs":[4]}"#),
@@ -268,9 +291,7 @@ fn flipping_a_committed_bit_is_corruption_never_a_different_log() {
     let committed_end = full.len() - 200; // the last batch is well over 200 bytes
     let mut corrupt = 0;
     for bit in (0..committed_end * 8).step_by(7) {
-        let copy = tempfile::tempdir().unwrap();
-        copy_dir(dir.path(), copy.path());
-        let _ = std::fs::remove_file(segment_path(copy.path()).with_file_name("CHECKPOINT"));
+        let copy = copy_without_checkpoint(dir.path());
         let mut bytes = full.clone();
         bytes[bit / 8] ^= 1 << (bit % 8);
         std::fs::write(segment_path(copy.path()), &bytes).unwrap();
@@ -286,12 +307,7 @@ fn flipping_a_committed_bit_is_corruption_never_a_different_log() {
 fn checkpoint_loss_or_damage_rebuilds_the_same_answers() {
     let dir = tempfile::tempdir().unwrap();
     let log = turn_log();
-    {
-        let store = Store::open(dir.path(), small_opts()).unwrap();
-        store.create(SessionHeader::new("s", 0)).unwrap();
-        store.append("s", &log).unwrap();
-        store.close().unwrap();
-    }
+    write_closed_store(dir.path(), &log);
     let reference = {
         let store = Store::open(dir.path(), small_opts()).unwrap();
         assert!(store.load("s").is_ok());
@@ -338,8 +354,7 @@ fn checkpoint_loss_or_damage_rebuilds_the_same_answers() {
 #[test]
 fn fork_and_delete() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), small_opts()).unwrap();
-    store.create(SessionHeader::new("p", 0)).unwrap();
+    let store = store_with_session(dir.path(), small_opts(), "p");
     store.append("p", &turn_log()[..2]).unwrap();
     store.fork("p", 2, SessionHeader::new("c", 1)).unwrap();
     let (h, events) = store.load("c").unwrap();
@@ -476,15 +491,10 @@ fn segment_count(store_dir: &Path) -> usize {
 #[test]
 fn segments_roll_over_and_reopen_replays_only_the_delta() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = || Options {
-        segment_size: 4096,
-        ..small_opts()
-    };
     let log = long_log(120);
     let (first, rest) = log.split_at(180);
     {
-        let store = Store::open(dir.path(), opts()).unwrap();
-        store.create(SessionHeader::new("s", 0)).unwrap();
+        let store = store_with_session(dir.path(), small_segments(), "s");
         for batch in first.chunks(3) {
             store.append("s", batch).unwrap();
         }
@@ -498,7 +508,7 @@ fn segments_roll_over_and_reopen_replays_only_the_delta() {
         segment_count(dir.path()) > 3,
         "the log spans several segments"
     );
-    let store = Store::open(dir.path(), opts()).unwrap();
+    let store = Store::open(dir.path(), small_segments()).unwrap();
     assert_eq!(store.load("s").unwrap().1, log);
     let rec = store.recovery("s").unwrap();
     assert!(rec.used_checkpoint, "{rec:?}");
@@ -520,7 +530,7 @@ fn segments_roll_over_and_reopen_replays_only_the_delta() {
     let more = long_log(121).split_off(360);
     store.append("s", &more).unwrap();
     store.close().unwrap();
-    let store = Store::open(dir.path(), opts()).unwrap();
+    let store = Store::open(dir.path(), small_segments()).unwrap();
     assert_eq!(store.load("s").unwrap().1.len(), 363);
     assert_eq!(store.verify("s").unwrap().events, 363);
 }
@@ -528,13 +538,8 @@ fn segments_roll_over_and_reopen_replays_only_the_delta() {
 #[test]
 fn a_flipped_bit_in_a_sealed_segment_is_reported_with_its_location() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = || Options {
-        segment_size: 4096,
-        ..small_opts()
-    };
     {
-        let store = Store::open(dir.path(), opts()).unwrap();
-        store.create(SessionHeader::new("s", 0)).unwrap();
+        let store = store_with_session(dir.path(), small_segments(), "s");
         for batch in long_log(60).chunks(3) {
             store.append("s", batch).unwrap();
         }
@@ -545,7 +550,7 @@ fn a_flipped_bit_in_a_sealed_segment_is_reported_with_its_location() {
         let mut damaged = bytes.clone();
         damaged[offset] ^= 0x10;
         std::fs::write(&sealed, &damaged).unwrap();
-        let store = Store::open(dir.path(), opts()).unwrap();
+        let store = Store::open(dir.path(), small_segments()).unwrap();
         match store.verify("s") {
             Err(Error::Corrupt {
                 session, segment, ..
@@ -558,7 +563,7 @@ fn a_flipped_bit_in_a_sealed_segment_is_reported_with_its_location() {
         drop(store);
         std::fs::write(&sealed, &bytes).unwrap();
     }
-    let store = Store::open(dir.path(), opts()).unwrap();
+    let store = Store::open(dir.path(), small_segments()).unwrap();
     assert!(store.verify("s").is_ok());
 }
 
@@ -609,13 +614,8 @@ fn appends_from_many_threads_to_many_sessions() {
 fn fork_hard_links_sealed_segments_and_survives_the_parent() {
     use std::os::unix::fs::MetadataExt;
     let dir = tempfile::tempdir().unwrap();
-    let opts = || Options {
-        segment_size: 4096,
-        ..small_opts()
-    };
     let log = long_log(80);
-    let store = Store::open(dir.path(), opts()).unwrap();
-    store.create(SessionHeader::new("parent", 0)).unwrap();
+    let store = store_with_session(dir.path(), small_segments(), "parent");
     for batch in log.chunks(3) {
         store.append("parent", batch).unwrap();
     }
@@ -647,7 +647,7 @@ fn fork_hard_links_sealed_segments_and_survives_the_parent() {
 
     store.delete("parent").unwrap();
     store.close().unwrap();
-    let store = Store::open(dir.path(), opts()).unwrap();
+    let store = Store::open(dir.path(), small_segments()).unwrap();
     let reopened = store.load("child").unwrap().1;
     assert_eq!(
         reopened.len(),
@@ -673,8 +673,7 @@ fn fork_hard_links_sealed_segments_and_survives_the_parent() {
 fn a_fork_interrupted_before_its_catalog_record_leaves_no_session() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let store = Store::open(dir.path(), small_opts()).unwrap();
-        store.create(SessionHeader::new("p", 0)).unwrap();
+        let store = store_with_session(dir.path(), small_opts(), "p");
         store.append("p", &turn_log()).unwrap();
     }
     // What a crash mid-fork leaves: a directory the catalog does not name.
@@ -691,12 +690,7 @@ fn a_fork_interrupted_before_its_catalog_record_leaves_no_session() {
 #[test]
 fn an_empty_catalog_beside_sessions_is_refused_not_recreated() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        let store = Store::open(dir.path(), small_opts()).unwrap();
-        store.create(SessionHeader::new("s", 0)).unwrap();
-        store.append("s", &turn_log()).unwrap();
-        store.close().unwrap();
-    }
+    write_closed_store(dir.path(), &turn_log());
     std::fs::write(dir.path().join("CATALOG"), b"").unwrap();
     for _ in 0..2 {
         let err = match Store::open(dir.path(), small_opts()) {
@@ -716,12 +710,7 @@ fn a_checksummed_but_inconsistent_checkpoint_is_not_trusted() {
     use sessionlog::checkpoint;
     let dir = tempfile::tempdir().unwrap();
     let log = long_log(10);
-    {
-        let store = Store::open(dir.path(), small_opts()).unwrap();
-        store.create(SessionHeader::new("s", 0)).unwrap();
-        store.append("s", &log).unwrap();
-        store.close().unwrap();
-    }
+    write_closed_store(dir.path(), &log);
     let path = segment_path(dir.path()).with_file_name("CHECKPOINT");
     let body = checkpoint::decode(&std::fs::read(&path).unwrap()).unwrap();
     // A cycle in the surface list, written with valid checksums.

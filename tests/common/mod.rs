@@ -1,7 +1,9 @@
 //! The scripted workload shared by the fault-injection and crash-point
 //! tests: two sessions, batches of several sizes, segment rollovers, a
-//! checkpoint, an open last turn, a fork, a delete, a close; and the model of
-//! what each session must hold afterwards.
+//! checkpoint, an open last turn, a fork, a delete, a close; the model of
+//! what each session must hold afterwards, and the check of a reopened store
+//! against that model. Also the discovery of the harness fixtures, for the
+//! tests that read them.
 #![allow(dead_code)] // each test crate uses a different part
 
 use sessionlog::event::{Event, OwnedEvent};
@@ -10,7 +12,7 @@ use sessionlog::session::SessionState;
 use sessionlog::store::{Error, Options, Store};
 use sessionlog::vfs::Vfs;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub fn ev(text: &str) -> OwnedEvent {
@@ -216,6 +218,89 @@ pub fn workload(dir: &Path, fs: &Arc<dyn Vfs>, model: &mut Model, retry: bool) -
     Ok(())
 }
 
+/// The ids a reopened `store` lists, after checking that each one is a
+/// session the workload made.
+pub fn listed_sessions(store: &Store, model: &Model, context: &str) -> Vec<String> {
+    let listed: Vec<String> = store.list().into_iter().map(|h| h.id).collect();
+    for id in &listed {
+        assert!(
+            model.sessions.contains_key(id),
+            "{context}: unknown session {id}"
+        );
+    }
+    listed
+}
+
+/// Checks session `id` of a reopened `store` (which lists `listed`) against
+/// what the workload was told, `m`:
+///
+/// * a session whose deletion was acknowledged is gone; a missing one was
+///   allowed to be (never acknowledged, or its deletion failed);
+/// * a present one holds exactly its acknowledged batches, plus at most the
+///   in-flight batch, whole, then the repair closers of that log, once;
+/// * it passes `verify`.
+///
+/// Returns the recovered log of a present session.
+pub fn check_session(
+    store: &Store,
+    listed: &[String],
+    id: &str,
+    m: &SessionModel,
+    context: &str,
+) -> Option<Vec<OwnedEvent>> {
+    let exists = listed.iter().any(|l| l == id);
+    if m.deleted {
+        assert!(!exists, "{context}: deleted session {id} is back");
+        return None;
+    }
+    if !exists {
+        assert!(
+            m.may_be_absent || m.delete_failed,
+            "{context}: acknowledged session {id} is missing"
+        );
+        return None;
+    }
+    let got = store
+        .read_from(id, 0)
+        .unwrap_or_else(|e| panic!("{context}: reading {id}: {e}"));
+    let mut candidates = vec![m.acked.clone()];
+    if let Some(x) = &m.in_flight {
+        let mut with = m.acked.clone();
+        with.extend_from_slice(x);
+        candidates.push(with);
+    }
+    let ok = candidates.into_iter().any(|mut want| {
+        !want.is_empty() && {
+            want.extend(closers(&want));
+            got == want
+        }
+    });
+    assert!(
+        ok,
+        "{context}: session {id} holds {} events; acknowledged {} (+{} in flight); recovery {:?}",
+        got.len(),
+        m.acked.len(),
+        m.in_flight.as_ref().map_or(0, Vec::len),
+        store.recovery(id)
+    );
+    store
+        .verify(id)
+        .unwrap_or_else(|e| panic!("{context}: verify {id}: {e}"));
+    Some(got)
+}
+
+/// Appends one event at `seq` to session `id` of a reopened `store` (it
+/// must accept it) and returns the event.
+pub fn append_after_reopen(store: &Store, id: &str, seq: u64, context: &str) -> OwnedEvent {
+    let e = ev(&format!(
+        r#"{{"type":"session/title","seq":{seq},"time":1000,"data":{{"title":"after"}}}}"#
+    ));
+    store
+        .append(id, std::slice::from_ref(&e))
+        .unwrap_or_else(|err| panic!("{context}: append to {id} after reopen: {err}"));
+    e
+}
+
 pub fn options() -> Options {
     Options {
         segment_size: 4096,
@@ -233,4 +318,28 @@ pub fn fast_tempdir() -> tempfile::TempDir {
         return d;
     }
     tempfile::tempdir().unwrap()
+}
+
+/// The fixture root, `$SESSIONLOG_FIXTURES` or else `../shared/fixtures`
+/// beside the repository, when it holds the harness logs
+/// (`harness-jsonl/MANIFEST.tsv`). The fixtures live outside the repository:
+/// when they are absent this fails if `SESSIONLOG_REQUIRE_FIXTURES` is set
+/// (CI sets it), and otherwise says SKIPPED on stderr and returns `None`.
+pub fn fixtures() -> Option<PathBuf> {
+    let dir = std::env::var_os("SESSIONLOG_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures"));
+    if dir.join("harness-jsonl/MANIFEST.tsv").is_file() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var_os("SESSIONLOG_REQUIRE_FIXTURES").is_none(),
+        "fixtures required but not found at {}",
+        dir.display()
+    );
+    eprintln!(
+        "SKIPPED: harness fixtures not found at {} (set SESSIONLOG_FIXTURES)",
+        dir.display()
+    );
+    None
 }
