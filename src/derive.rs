@@ -231,12 +231,7 @@ impl DeriveCache {
         surface: &Surface,
         source: &dyn EventSource,
     ) -> Result<(), MissingEvent> {
-        // Rebuild after a replacement, and after an undo (a node seen before
-        // may have been taken back and its seq reused by another event).
-        if self.generation != surface.replace_generation()
-            || self.undo_epoch != surface.undo_epoch()
-            || self.last_node.is_some_and(|n| !surface.contains(n))
-        {
+        if self.needs_rebuild(surface) {
             *self = DeriveCache {
                 generation: surface.replace_generation(),
                 undo_epoch: surface.undo_epoch(),
@@ -257,6 +252,16 @@ impl DeriveCache {
             cursor = surface.next(seq);
         }
         Ok(())
+    }
+
+    /// Whether [`DeriveCache::update`] would rebuild the cache from scratch
+    /// (O(surface)) rather than extend it (O(new nodes)): after a
+    /// replacement, and after an undo (a node seen before may have been taken
+    /// back and its seq reused by another event).
+    pub fn needs_rebuild(&self, surface: &Surface) -> bool {
+        self.generation != surface.replace_generation()
+            || self.undo_epoch != surface.undo_epoch()
+            || self.last_node.is_some_and(|n| !surface.contains(n))
     }
 
     /// Number of cached messages.

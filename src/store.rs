@@ -32,7 +32,6 @@ use crate::session::SessionState;
 use crate::surface::{EventSource, Surface};
 use crate::vfs::{SegmentBytes, Vfs, VfsLock};
 use crate::violation::Violation;
-use rustc_hash::FxHashMap;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -206,7 +205,7 @@ struct Session {
     segs: Vec<Seg>,
     writer: Option<SegmentWriter>,
     batches: BatchIndex,
-    node_locs: Arc<FxHashMap<u64, DataLoc>>,
+    node_locs: Arc<NodeLocs>,
     last_time: i64,
     /// The newest record: (segment, frame offset, end offset, crc).
     last_record: Option<(u64, u64, u64, u32)>,
@@ -229,7 +228,7 @@ struct Session {
 #[derive(Clone)]
 pub struct Snapshot {
     segs: Vec<Seg>,
-    node_locs: Arc<FxHashMap<u64, DataLoc>>,
+    node_locs: Arc<NodeLocs>,
 }
 
 impl EventSource for Snapshot {
@@ -243,7 +242,7 @@ impl EventSource for Snapshot {
 /// index update copy it).
 struct View<'a> {
     segs: &'a [Seg],
-    node_locs: &'a FxHashMap<u64, DataLoc>,
+    node_locs: &'a NodeLocs,
 }
 
 impl EventSource for View<'_> {
@@ -252,13 +251,27 @@ impl EventSource for View<'_> {
     }
 }
 
+/// Where the data of each surface node lies, in increasing seq order (nodes
+/// are only ever added with a seq above every earlier one), found by binary
+/// search: no hashing on append, and the checkpoint's `NODES` table as it is.
+#[derive(Debug, Clone, Default)]
+struct NodeLocs(Vec<(u64, DataLoc)>);
+
+impl NodeLocs {
+    fn get(&self, seq: u64) -> Option<&DataLoc> {
+        let i = self.0.binary_search_by_key(&seq, |(s, _)| *s).ok()?;
+        Some(&self.0[i].1)
+    }
+
+    fn push(&mut self, seq: u64, loc: DataLoc) {
+        debug_assert!(self.0.last().is_none_or(|(s, _)| *s < seq));
+        self.0.push((seq, loc));
+    }
+}
+
 /// The stored data of surface node `seq`, read in place from its segment.
-fn data_in<'a>(
-    segs: &'a [Seg],
-    node_locs: &FxHashMap<u64, DataLoc>,
-    seq: u64,
-) -> Option<&'a RawValue> {
-    let loc = node_locs.get(&seq)?;
+fn data_in<'a>(segs: &'a [Seg], node_locs: &NodeLocs, seq: u64) -> Option<&'a RawValue> {
+    let loc = node_locs.get(seq)?;
     // Segments are sorted by first seq.
     let i = segs
         .partition_point(|s| s.first_seq <= loc.segment)
@@ -564,7 +577,7 @@ impl Store {
             segs: Vec::new(),
             writer: None,
             batches: BatchIndex::default(),
-            node_locs: Arc::new(FxHashMap::default()),
+            node_locs: Arc::new(NodeLocs::default()),
             last_time: 0,
             last_record: None,
             since_checkpoint: 0,
@@ -745,7 +758,7 @@ impl Store {
             // fold disagree with the log. The checkpoint is only a cache;
             // `since_checkpoint` stays, so the next append past the
             // threshold or `flush` tries again (and `flush` reports it).
-            let _ = self.write_checkpoint(s);
+            let _ = self.write_checkpoint(s, false);
         }
         Ok(())
     }
@@ -816,7 +829,12 @@ impl Store {
         }
     }
 
-    fn write_checkpoint(&self, s: &mut Session) -> Result<()> {
+    /// Writes the session's checkpoint. The derive cache in it is brought up
+    /// to date when that is incremental, or when `complete` (flush, close):
+    /// a checkpoint taken in passing during appends keeps a cache that a
+    /// replacement made stale rather than rebuild it, since the rebuild is
+    /// O(surface) and a stale cache only makes the next derive rebuild it.
+    fn write_checkpoint(&self, s: &mut Session, complete: bool) -> Result<()> {
         let Some((segment_first_seq, last_record_offset, end_offset, crc)) = s.last_record else {
             return Ok(());
         };
@@ -831,12 +849,11 @@ impl Store {
             header,
             ..
         } = &mut *s;
-        derive
-            .update(state.surface(), &View { segs, node_locs })
-            .map_err(|e| Error::Store(format!("session {:?}: {e}", header.id)))?;
-        let mut node_locs: Vec<(u64, DataLoc)> =
-            s.node_locs.iter().map(|(k, v)| (*k, *v)).collect();
-        node_locs.sort_unstable_by_key(|(seq, _)| *seq);
+        if complete || !derive.needs_rebuild(state.surface()) {
+            derive
+                .update(state.surface(), &View { segs, node_locs })
+                .map_err(|e| Error::Store(format!("session {:?}: {e}", header.id)))?;
+        }
         let body = CheckpointBody {
             coverage: Coverage {
                 segment_first_seq,
@@ -849,7 +866,7 @@ impl Store {
             state: s.state.clone(),
             derive: s.derive.clone(),
             batches: s.batches.to_vec(),
-            node_locs,
+            node_locs: s.node_locs.0.clone(),
         };
         checkpoint::write_with(&*self.inner.options.vfs, &s.dir, &body)
             .map_err(|e| Error::Store(format!("session {:?}: {e}", s.header.id)))?;
@@ -1681,7 +1698,7 @@ impl Store {
         for session in sessions {
             let mut s = session.lock().expect("session lock");
             if s.since_checkpoint > 0 && !s.poisoned {
-                self.write_checkpoint(&mut s)?;
+                self.write_checkpoint(&mut s, true)?;
             }
         }
         Ok(())
@@ -1835,7 +1852,7 @@ impl Session {
                 // Surface nodes are stored verbatim, so their data lies in the map.
                 let offset = data.as_ptr() as usize - base;
                 debug_assert!(offset + data.len() <= map.len());
-                locs.insert(
+                locs.push(
                     e.seq,
                     DataLoc {
                         segment,
@@ -1933,7 +1950,7 @@ fn install(
     }
     s.state = m.state;
     s.derive = m.derive;
-    s.node_locs = Arc::new(m.node_locs.into_iter().collect());
+    s.node_locs = Arc::new(NodeLocs(m.node_locs));
     Ok(())
 }
 
