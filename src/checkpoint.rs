@@ -126,7 +126,9 @@ pub struct CheckpointBody {
     pub derive: DeriveCache,
     /// Every batch, in order (the `read_from` index).
     pub batches: Vec<BatchEntry>,
-    /// Where each surface node's data lies (the derive index), by seq.
+    /// Where each surface node's data lies (the derive index), in strictly
+    /// increasing seq order, all below `coverage.next_seq`; the decoder
+    /// refuses anything else.
     pub node_locs: Vec<(u64, DataLoc)>,
 }
 
@@ -460,7 +462,8 @@ impl Checkpoint {
     /// Checks and decodes `STATE`, `DERIVE` and `NODES`, and checks them
     /// against `HEAD`: the surface is well formed, the state ends at the
     /// covered seq with the same repair tracker, and the node locations are
-    /// in strictly increasing seq order. Allocates at most a small multiple
+    /// in strictly increasing seq order, below the covered seq, with one for
+    /// every surface node. Allocates at most a small multiple
     /// of the file's size.
     pub fn materialise(&self) -> Result<Materialised, CheckpointError> {
         let checked = |s: Section| {
@@ -480,6 +483,21 @@ impl Checkpoint {
         let node_locs: Vec<(u64, DataLoc)> = (0..count).map(|i| node_at(nodes, i)).collect();
         if node_locs.windows(2).any(|w| w[0].0 >= w[1].0) {
             return Err(corrupt("the node locations are out of order"));
+        }
+        // Nodes appended after the checkpoint are added above every covered
+        // one, and every surface node needs its data to derive.
+        if node_locs
+            .last()
+            .is_some_and(|(seq, _)| *seq >= self.head.coverage.next_seq)
+        {
+            return Err(corrupt("a node location lies beyond the covered log"));
+        }
+        if let Some(seq) = state
+            .surface()
+            .iter()
+            .find(|seq| node_locs.binary_search_by_key(seq, |(s, _)| *s).is_err())
+        {
+            return Err(corrupt(format!("surface node {seq} has no location")));
         }
         // A checksum proves these are the bytes written, not that the writer
         // was right: a surface that is not well formed is never handed out.
@@ -751,6 +769,24 @@ mod tests {
         let e = decode(&encode(&b)).unwrap_err();
         assert!(
             e.to_string().contains("node locations are out of order"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn node_locations_beyond_coverage_or_missing_are_refused() {
+        // Found by the recover fuzz target: a location at or past the covered
+        // seq would break the order of the locations added after reopen.
+        let mut b = body();
+        b.node_locs[0].0 = b.coverage.next_seq;
+        let e = decode(&encode(&b)).unwrap_err();
+        assert!(e.to_string().contains("beyond the covered log"), "{e}");
+        // Surface node 1 with no location could not be derived.
+        let mut b = body();
+        b.node_locs.clear();
+        let e = decode(&encode(&b)).unwrap_err();
+        assert!(
+            e.to_string().contains("surface node 1 has no location"),
             "{e}"
         );
     }

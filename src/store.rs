@@ -66,7 +66,8 @@ pub struct Options {
     /// last one (or when the log's index grew past the checkpoint's size,
     /// whichever is larger: the cost per event stays O(1) amortised).
     pub checkpoint_every: u64,
-    /// Bytes of segment space preallocated at a time.
+    /// Bytes of segment space preallocated (allocated and zeroed) at a time
+    /// (default 1 MiB, [`segment::DEFAULT_PREALLOCATE`]).
     pub preallocate: u64,
     /// Also enforce the strict invariants on append.
     pub strict: bool,

@@ -75,9 +75,12 @@ fn sample_body(input: &mut Bytes<'_>) -> CheckpointBody {
     derive
         .update(state.surface(), &log.to_vec())
         .expect("the sample's surface nodes are in the log");
-    let node_locs = state
-        .surface()
-        .iter()
+    // The body's contract: node locations sorted by seq (the surface lists
+    // them in message order, which a replace makes differ).
+    let mut nodes: Vec<u64> = state.surface().iter().collect();
+    nodes.sort_unstable();
+    let node_locs = nodes
+        .into_iter()
         .map(|seq| {
             (
                 seq,
