@@ -120,6 +120,7 @@ fn bench(c: &mut Criterion) {
     }
 
     let mut g = c.benchmark_group("encode");
+    g.sample_size(20);
     g.throughput(Throughput::Bytes(data_bytes as u64));
     for (name, options) in [("store", STORE), ("default", EncodeOptions::default())] {
         for batch in BATCHES {
@@ -134,6 +135,7 @@ fn bench(c: &mut Criterion) {
     g.finish();
 
     let mut g = c.benchmark_group("index");
+    g.sample_size(20);
     g.throughput(Throughput::Bytes(data_bytes as u64));
     let mut ranges = Vec::new();
     for batch in BATCHES {

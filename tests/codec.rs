@@ -28,6 +28,12 @@ const VERBATIM: EncodeOptions = EncodeOptions {
     verbatim_surface: false,
 };
 
+/// What the store passes.
+const STORE: EncodeOptions = EncodeOptions {
+    compress: true,
+    verbatim_surface: true,
+};
+
 fn ev(kind: &str, seq: u64, time: i64, data: &str) -> OwnedEvent {
     OwnedEvent::new(kind, seq, time, data).unwrap()
 }
@@ -55,7 +61,7 @@ fn decode<'a>(
 /// Encodes with and without compression and checks the round trip.
 fn assert_round_trip(events: &[Event<'_>], prev_time: i64) {
     let first_seq = events.first().map_or(7, |e| e.seq);
-    for options in [EncodeOptions::default(), VERBATIM] {
+    for options in [EncodeOptions::default(), VERBATIM, STORE] {
         let bytes = encode(events, prev_time, options);
         let back = decode(&bytes, first_seq, events.len(), prev_time).unwrap();
         assert_eq!(back, events, "{options:?}");
@@ -221,6 +227,41 @@ fn non_contiguous_seqs_are_refused_and_append_nothing() {
         decode(&out[3..], events[0].seq, events.len(), 0).unwrap(),
         events
     );
+}
+
+#[test]
+fn repeated_data_is_lz_coded() {
+    // The same 1 KiB payload again and again (within and across types), a
+    // long run of one byte, and a payload that only extends the previous one.
+    let big = format!(r#"{{"text":"{}"}}"#, "the quick brown fox ".repeat(50));
+    let run = format!(r#""{}""#, "x".repeat(5000));
+    let mut events = Vec::new();
+    for i in 0..40u64 {
+        let data = match i % 4 {
+            0 | 1 => big.clone(),
+            2 => run.clone(),
+            _ => format!(
+                r#"{{"text":"{}","more":{i}}}"#,
+                "the quick brown fox ".repeat(50)
+            ),
+        };
+        events.push(ev(["a", "b"][(i % 2) as usize], i, 0, &data));
+    }
+    assert_round_trip(&events, 0);
+    let bytes = encode(&events, 0, EncodeOptions::default());
+    let verbatim = encode(&events, 0, VERBATIM);
+    assert!(
+        bytes.len() * 20 < verbatim.len(),
+        "{} vs {}",
+        bytes.len(),
+        verbatim.len()
+    );
+    let back = decode(&bytes, 0, events.len(), 0).unwrap();
+    let owned = back
+        .iter()
+        .filter(|e| matches!(e.data, Cow::Owned(_)))
+        .count();
+    assert!(owned >= 38, "{owned} of 40 LZ-coded");
 }
 
 #[test]
@@ -466,7 +507,100 @@ fn arb_batch() -> impl Strategy<Value = (Vec<OwnedEvent>, i64)> {
         })
 }
 
+/// Text that repeats within and across events: a few fragments (JSON-looking
+/// text, escapes, multi-byte characters), random words, and runs.
+fn arb_repetitive_text() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![
+            prop::sample::select(vec![
+                r#"{"turn":1,"step":2,"chunk":{"type":"text-delta","index":0,"text":""#,
+                " the",
+                " file",
+                "\"quoted\"",
+                "\n",
+                "ü😀",
+                "0123456789abcdef",
+            ])
+            .prop_map(str::to_owned),
+            "[a-z ]{1,12}",
+            (
+                prop::sample::select(vec!["x", "ab", "abc", "0123456"]),
+                1usize..300
+            )
+                .prop_map(|(s, n)| s.repeat(n)),
+        ],
+        0..30,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+/// How an event's text is made: fresh, or an earlier event's text (by index
+/// back from this one) with a piece cut out and another put in.
+#[derive(Debug, Clone)]
+enum Recipe {
+    Fresh(String),
+    Edit {
+        back: prop::sample::Index,
+        at: prop::sample::Index,
+        cut: usize,
+        insert: String,
+    },
+}
+
+fn arb_repetitive_batch() -> impl Strategy<Value = Vec<OwnedEvent>> {
+    let recipe = prop_oneof![
+        1 => arb_repetitive_text().prop_map(Recipe::Fresh),
+        3 => (any::<prop::sample::Index>(), any::<prop::sample::Index>(), 0usize..20, "[a-z0-9]{0,6}")
+            .prop_map(|(back, at, cut, insert)| Recipe::Edit { back, at, cut, insert }),
+    ];
+    let event = (
+        prop::sample::select(vec!["a", "b", "c", "tool/result"]),
+        recipe,
+        prop::sample::select(vec![None, Some(SurfaceOp::Append)]),
+    );
+    prop::collection::vec(event, 0..60).prop_map(|events| {
+        let mut texts: Vec<Vec<char>> = Vec::new();
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(i, (kind, recipe, op))| {
+                let text = match recipe {
+                    Recipe::Edit {
+                        back,
+                        at,
+                        cut,
+                        insert,
+                    } if !texts.is_empty() => {
+                        let mut t = texts[i - 1 - back.index(texts.len().min(20))].clone();
+                        let at = at.index(t.len() + 1);
+                        t.splice(at..(at + cut).min(t.len()), insert.chars());
+                        t
+                    }
+                    Recipe::Edit { insert, .. } => insert.chars().collect(),
+                    Recipe::Fresh(text) => text.chars().collect(),
+                };
+                let s: String = text.iter().collect();
+                texts.push(text);
+                let data = if i % 3 == 0 {
+                    serde_json::to_string(&s).unwrap()
+                } else {
+                    serde_json::json!({ "turn": i % 4, "text": s }).to_string()
+                };
+                let mut e = ev(kind, 1000 + i as u64, i as i64, &data);
+                e.surface_op = op;
+                e
+            })
+            .collect()
+    })
+}
+
 proptest! {
+    #[test]
+    fn repetitive_batches_round_trip(events in arb_repetitive_batch()) {
+        // Every form (assert_round_trip).
+        assert_round_trip(&events, -3);
+    }
+
     #[test]
     fn generated_batches_round_trip((events, prev_time) in arb_batch()) {
         assert_round_trip(&events, prev_time);
