@@ -151,6 +151,18 @@ fn bench(c: &mut Criterion) {
                 black_box(total)
             })
         });
+        g.bench_function(BenchmarkId::new("indexed", batch), |b| {
+            b.iter(|| {
+                let mut total = 0;
+                for chunk in events.chunks(batch) {
+                    out.clear();
+                    codec::encode_batch_indexed(chunk, 0, STORE, &mut out, &mut ranges)
+                        .expect("valid");
+                    total += ranges.len();
+                }
+                black_box(total)
+            })
+        });
     }
     g.finish();
 }

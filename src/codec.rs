@@ -86,6 +86,10 @@
 //! stream is written straight into the output. Debug builds decode every LZ
 //! stream and compare it with the data before keeping it; the tests prove the
 //! round trip on random and repetitive batches.
+//!
+//! [`encode_batch_indexed`] also reports where each verbatim data field lies
+//! in the encoded bytes, so a caller that writes the batch can index those
+//! fields without decoding it again.
 
 use crate::event::{Event, SurfaceOp};
 use rustc_hash::FxHashMap;
@@ -193,6 +197,41 @@ pub fn encode_batch_with(
     out: &mut Vec<u8>,
 ) -> Result<(), CodecError> {
     encode(events, prev_time, options, out, None)
+}
+
+/// [`encode_batch_with`] that also reports where every verbatim `data` field
+/// lies in the encoded bytes, so that a caller who writes the batch somewhere
+/// can locate those fields without decoding it again. It appends the same
+/// bytes as [`encode_batch_with`].
+///
+/// On success `data_ranges` is cleared and then holds one entry per event, in
+/// order: `Some(range)` when the event's data is stored verbatim, `None` when
+/// it is LZ-coded. (With `verbatim_surface`, every event with a `surfaceOp`
+/// gets `Some`; with `compress: false`, every event does.)
+///
+/// A range counts bytes from the **start of this batch's codec bytes**, that
+/// is from `out.len()` as it was before the call, not from the start of
+/// `out`. With `start` that length:
+/// - `&out[start..][range]` is exactly the event's `data.get()` bytes;
+/// - when the batch bytes `&out[start..]` are given to [`decode_batch`] or
+///   [`BatchDecoder`], the event's decoded data borrows exactly that range of
+///   them (its pointer minus theirs is `range.start`);
+/// - a caller that writes the codec bytes at offset `o` of a file (for a
+///   segment record, `o` is `BatchLoc::codec_range().start`, after the batch
+///   header) finds the data at `o + range.start .. o + range.end`.
+///
+/// Ranges are in seq order and do not overlap.
+///
+/// On error (the only one: non-contiguous seqs) neither `out` nor
+/// `data_ranges` is changed.
+pub fn encode_batch_indexed(
+    events: &[Event<'_>],
+    prev_time: i64,
+    options: EncodeOptions,
+    out: &mut Vec<u8>,
+    data_ranges: &mut Vec<Option<Range<usize>>>,
+) -> Result<(), CodecError> {
+    encode(events, prev_time, options, out, Some(data_ranges))
 }
 
 fn encode(

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use serde_json::value::RawValue;
 use sessionlog::codec::{
     BatchDecoder, CodecError, EncodeOptions, MAX_REF_DISTANCE, decode_batch, encode_batch,
-    encode_batch_with,
+    encode_batch_indexed, encode_batch_with,
 };
 use sessionlog::event::{Event, OwnedEvent, SurfaceOp};
 use std::borrow::Cow;
@@ -58,10 +58,12 @@ fn decode<'a>(
     vec
 }
 
-/// Encodes with and without compression and checks the round trip.
+/// Encodes with and without compression and checks the round trip, and the
+/// data ranges `encode_batch_indexed` reports.
 fn assert_round_trip(events: &[Event<'_>], prev_time: i64) {
     let first_seq = events.first().map_or(7, |e| e.seq);
     for options in [EncodeOptions::default(), VERBATIM, STORE] {
+        assert_indexed(events, prev_time, options);
         let bytes = encode(events, prev_time, options);
         let back = decode(&bytes, first_seq, events.len(), prev_time).unwrap();
         assert_eq!(back, events, "{options:?}");
@@ -75,6 +77,45 @@ fn assert_round_trip(events: &[Event<'_>], prev_time: i64) {
             } else {
                 assert!(options.compress, "verbatim data must decode borrowed");
             }
+        }
+    }
+}
+
+/// `encode_batch_indexed` writes what `encode_batch_with` writes, after
+/// whatever `out` held, and reports for every event the range of its data in
+/// the batch bytes when (and only when) the decoder borrows the data from
+/// there: exactly the offset of the decoded `data.get()` pointer, which is
+/// what the store used to find by decoding the batch again.
+fn assert_indexed(events: &[Event<'_>], prev_time: i64, options: EncodeOptions) {
+    let first_seq = events.first().map_or(7, |e| e.seq);
+    let plain = encode(events, prev_time, options);
+    let prefix = b"earlier bytes";
+    let mut out = prefix.to_vec();
+    let mut ranges = vec![Some(0..1), None]; // replaced, not appended to
+    encode_batch_indexed(events, prev_time, options, &mut out, &mut ranges).unwrap();
+    assert_eq!(&out[..prefix.len()], prefix);
+    let bytes = &out[prefix.len()..];
+    assert_eq!(bytes, plain, "{options:?}: same bytes as encode_batch_with");
+    assert_eq!(ranges.len(), events.len());
+    let back = decode(bytes, first_seq, events.len(), prev_time).unwrap();
+    assert_eq!(back, events);
+    let base = bytes.as_ptr() as usize;
+    let mut end = 0;
+    for (i, (e, range)) in back.iter().zip(&ranges).enumerate() {
+        match &e.data {
+            Cow::Borrowed(raw) => {
+                let at = raw.get().as_ptr() as usize - base;
+                assert_eq!(
+                    range,
+                    &Some(at..at + raw.get().len()),
+                    "{options:?}: event {i}"
+                );
+                let range = range.clone().unwrap();
+                assert!(range.start >= end, "ranges in order, disjoint");
+                end = range.end;
+                assert_eq!(&bytes[range], events[i].data.get().as_bytes());
+            }
+            Cow::Owned(_) => assert_eq!(range, &None, "{options:?}: event {i} is LZ-coded"),
         }
     }
 }
@@ -227,6 +268,22 @@ fn non_contiguous_seqs_are_refused_and_append_nothing() {
         decode(&out[3..], events[0].seq, events.len(), 0).unwrap(),
         events
     );
+}
+
+#[test]
+fn indexed_encoding_changes_nothing_on_error() {
+    let mut events = varied_events();
+    events[2].seq += 1;
+    let mut out = vec![1, 2, 3];
+    let mut ranges = vec![Some(5..7)];
+    let err = encode_batch_indexed(&events, 0, STORE, &mut out, &mut ranges).unwrap_err();
+    assert!(matches!(err, CodecError::NonContiguous { index: 2, .. }));
+    assert_eq!(out, [1, 2, 3]);
+    assert_eq!(ranges, [Some(5..7)]);
+    // An empty batch: no bytes, no ranges.
+    encode_batch_indexed(&[], 0, STORE, &mut out, &mut ranges).unwrap();
+    assert_eq!(out, [1, 2, 3]);
+    assert!(ranges.is_empty());
 }
 
 #[test]
@@ -597,7 +654,7 @@ fn arb_repetitive_batch() -> impl Strategy<Value = Vec<OwnedEvent>> {
 proptest! {
     #[test]
     fn repetitive_batches_round_trip(events in arb_repetitive_batch()) {
-        // Every form (assert_round_trip).
+        // Every form, and the reported data ranges (assert_round_trip).
         assert_round_trip(&events, -3);
     }
 
