@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use serde_json::value::RawValue;
 use sessionlog::codec::{
     BatchDecoder, CodecError, EncodeOptions, MAX_REF_DISTANCE, decode_batch, encode_batch,
-    encode_batch_with,
+    encode_batch_indexed, encode_batch_with,
 };
 use sessionlog::event::{Event, OwnedEvent, SurfaceOp};
 use std::borrow::Cow;
@@ -26,6 +26,12 @@ const FRAMING: usize = 12 + 12;
 const VERBATIM: EncodeOptions = EncodeOptions {
     compress: false,
     verbatim_surface: false,
+};
+
+/// What the store passes.
+const STORE: EncodeOptions = EncodeOptions {
+    compress: true,
+    verbatim_surface: true,
 };
 
 fn ev(kind: &str, seq: u64, time: i64, data: &str) -> OwnedEvent {
@@ -52,10 +58,12 @@ fn decode<'a>(
     vec
 }
 
-/// Encodes with and without compression and checks the round trip.
+/// Encodes with and without compression and checks the round trip, and the
+/// data ranges `encode_batch_indexed` reports.
 fn assert_round_trip(events: &[Event<'_>], prev_time: i64) {
     let first_seq = events.first().map_or(7, |e| e.seq);
-    for options in [EncodeOptions::default(), VERBATIM] {
+    for options in [EncodeOptions::default(), VERBATIM, STORE] {
+        assert_indexed(events, prev_time, options);
         let bytes = encode(events, prev_time, options);
         let back = decode(&bytes, first_seq, events.len(), prev_time).unwrap();
         assert_eq!(back, events, "{options:?}");
@@ -69,6 +77,45 @@ fn assert_round_trip(events: &[Event<'_>], prev_time: i64) {
             } else {
                 assert!(options.compress, "verbatim data must decode borrowed");
             }
+        }
+    }
+}
+
+/// `encode_batch_indexed` writes what `encode_batch_with` writes, after
+/// whatever `out` held, and reports for every event the range of its data in
+/// the batch bytes when (and only when) the decoder borrows the data from
+/// there: exactly the offset of the decoded `data.get()` pointer, which is
+/// what the store used to find by decoding the batch again.
+fn assert_indexed(events: &[Event<'_>], prev_time: i64, options: EncodeOptions) {
+    let first_seq = events.first().map_or(7, |e| e.seq);
+    let plain = encode(events, prev_time, options);
+    let prefix = b"earlier bytes";
+    let mut out = prefix.to_vec();
+    let mut ranges = vec![Some(0..1), None]; // replaced, not appended to
+    encode_batch_indexed(events, prev_time, options, &mut out, &mut ranges).unwrap();
+    assert_eq!(&out[..prefix.len()], prefix);
+    let bytes = &out[prefix.len()..];
+    assert_eq!(bytes, plain, "{options:?}: same bytes as encode_batch_with");
+    assert_eq!(ranges.len(), events.len());
+    let back = decode(bytes, first_seq, events.len(), prev_time).unwrap();
+    assert_eq!(back, events);
+    let base = bytes.as_ptr() as usize;
+    let mut end = 0;
+    for (i, (e, range)) in back.iter().zip(&ranges).enumerate() {
+        match &e.data {
+            Cow::Borrowed(raw) => {
+                let at = raw.get().as_ptr() as usize - base;
+                assert_eq!(
+                    range,
+                    &Some(at..at + raw.get().len()),
+                    "{options:?}: event {i}"
+                );
+                let range = range.clone().unwrap();
+                assert!(range.start >= end, "ranges in order, disjoint");
+                end = range.end;
+                assert_eq!(&bytes[range], events[i].data.get().as_bytes());
+            }
+            Cow::Owned(_) => assert_eq!(range, &None, "{options:?}: event {i} is LZ-coded"),
         }
     }
 }
@@ -221,6 +268,57 @@ fn non_contiguous_seqs_are_refused_and_append_nothing() {
         decode(&out[3..], events[0].seq, events.len(), 0).unwrap(),
         events
     );
+}
+
+#[test]
+fn indexed_encoding_changes_nothing_on_error() {
+    let mut events = varied_events();
+    events[2].seq += 1;
+    let mut out = vec![1, 2, 3];
+    let mut ranges = vec![Some(5..7)];
+    let err = encode_batch_indexed(&events, 0, STORE, &mut out, &mut ranges).unwrap_err();
+    assert!(matches!(err, CodecError::NonContiguous { index: 2, .. }));
+    assert_eq!(out, [1, 2, 3]);
+    assert_eq!(ranges, [Some(5..7)]);
+    // An empty batch: no bytes, no ranges.
+    encode_batch_indexed(&[], 0, STORE, &mut out, &mut ranges).unwrap();
+    assert_eq!(out, [1, 2, 3]);
+    assert!(ranges.is_empty());
+}
+
+#[test]
+fn repeated_data_is_lz_coded() {
+    // The same 1 KiB payload again and again (within and across types), a
+    // long run of one byte, and a payload that only extends the previous one.
+    let big = format!(r#"{{"text":"{}"}}"#, "the quick brown fox ".repeat(50));
+    let run = format!(r#""{}""#, "x".repeat(5000));
+    let mut events = Vec::new();
+    for i in 0..40u64 {
+        let data = match i % 4 {
+            0 | 1 => big.clone(),
+            2 => run.clone(),
+            _ => format!(
+                r#"{{"text":"{}","more":{i}}}"#,
+                "the quick brown fox ".repeat(50)
+            ),
+        };
+        events.push(ev(["a", "b"][(i % 2) as usize], i, 0, &data));
+    }
+    assert_round_trip(&events, 0);
+    let bytes = encode(&events, 0, EncodeOptions::default());
+    let verbatim = encode(&events, 0, VERBATIM);
+    assert!(
+        bytes.len() * 20 < verbatim.len(),
+        "{} vs {}",
+        bytes.len(),
+        verbatim.len()
+    );
+    let back = decode(&bytes, 0, events.len(), 0).unwrap();
+    let owned = back
+        .iter()
+        .filter(|e| matches!(e.data, Cow::Owned(_)))
+        .count();
+    assert!(owned >= 38, "{owned} of 40 LZ-coded");
 }
 
 #[test]
@@ -466,7 +564,100 @@ fn arb_batch() -> impl Strategy<Value = (Vec<OwnedEvent>, i64)> {
         })
 }
 
+/// Text that repeats within and across events: a few fragments (JSON-looking
+/// text, escapes, multi-byte characters), random words, and runs.
+fn arb_repetitive_text() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![
+            prop::sample::select(vec![
+                r#"{"turn":1,"step":2,"chunk":{"type":"text-delta","index":0,"text":""#,
+                " the",
+                " file",
+                "\"quoted\"",
+                "\n",
+                "ü😀",
+                "0123456789abcdef",
+            ])
+            .prop_map(str::to_owned),
+            "[a-z ]{1,12}",
+            (
+                prop::sample::select(vec!["x", "ab", "abc", "0123456"]),
+                1usize..300
+            )
+                .prop_map(|(s, n)| s.repeat(n)),
+        ],
+        0..30,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+/// How an event's text is made: fresh, or an earlier event's text (by index
+/// back from this one) with a piece cut out and another put in.
+#[derive(Debug, Clone)]
+enum Recipe {
+    Fresh(String),
+    Edit {
+        back: prop::sample::Index,
+        at: prop::sample::Index,
+        cut: usize,
+        insert: String,
+    },
+}
+
+fn arb_repetitive_batch() -> impl Strategy<Value = Vec<OwnedEvent>> {
+    let recipe = prop_oneof![
+        1 => arb_repetitive_text().prop_map(Recipe::Fresh),
+        3 => (any::<prop::sample::Index>(), any::<prop::sample::Index>(), 0usize..20, "[a-z0-9]{0,6}")
+            .prop_map(|(back, at, cut, insert)| Recipe::Edit { back, at, cut, insert }),
+    ];
+    let event = (
+        prop::sample::select(vec!["a", "b", "c", "tool/result"]),
+        recipe,
+        prop::sample::select(vec![None, Some(SurfaceOp::Append)]),
+    );
+    prop::collection::vec(event, 0..60).prop_map(|events| {
+        let mut texts: Vec<Vec<char>> = Vec::new();
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(i, (kind, recipe, op))| {
+                let text = match recipe {
+                    Recipe::Edit {
+                        back,
+                        at,
+                        cut,
+                        insert,
+                    } if !texts.is_empty() => {
+                        let mut t = texts[i - 1 - back.index(texts.len().min(20))].clone();
+                        let at = at.index(t.len() + 1);
+                        t.splice(at..(at + cut).min(t.len()), insert.chars());
+                        t
+                    }
+                    Recipe::Edit { insert, .. } => insert.chars().collect(),
+                    Recipe::Fresh(text) => text.chars().collect(),
+                };
+                let s: String = text.iter().collect();
+                texts.push(text);
+                let data = if i % 3 == 0 {
+                    serde_json::to_string(&s).unwrap()
+                } else {
+                    serde_json::json!({ "turn": i % 4, "text": s }).to_string()
+                };
+                let mut e = ev(kind, 1000 + i as u64, i as i64, &data);
+                e.surface_op = op;
+                e
+            })
+            .collect()
+    })
+}
+
 proptest! {
+    #[test]
+    fn repetitive_batches_round_trip(events in arb_repetitive_batch()) {
+        // Every form, and the reported data ranges (assert_round_trip).
+        assert_round_trip(&events, -3);
+    }
+
     #[test]
     fn generated_batches_round_trip((events, prev_time) in arb_batch()) {
         assert_round_trip(&events, prev_time);
