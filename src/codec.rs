@@ -1031,10 +1031,14 @@ impl LzEncoder {
         while i < last {
             let w = read_u32(data, i);
             let vpos = dict.len() + i;
+            // Matches are cut at `max_match`, so they are never extended past
+            // it: a long run would otherwise cost O(run) per match, O(n^2)
+            // in all.
+            let window = &data[..n.min(i.saturating_add(max_match))];
             // (offset back in the virtual buffer, length) of a match at `i`.
             let mut found = None;
             if rep != 0 && rep <= vpos {
-                found = match_len(dict, data, vpos - rep, i, w).map(|m| (rep, m));
+                found = match_len(dict, window, vpos - rep, i, w).map(|m| (rep, m));
             }
             let h = slot(w, salt, shift);
             if found.is_none() {
@@ -1048,7 +1052,7 @@ impl LzEncoder {
                 } else {
                     None
                 };
-                found = src.and_then(|s| Some((vpos - s, match_len(dict, data, s, i, w)?)));
+                found = src.and_then(|s| Some((vpos - s, match_len(dict, window, s, i, w)?)));
             }
             table[h] = pos + i as u32;
             let Some((offset, m)) = found.map(|(o, m)| (o, m.min(max_match))) else {
@@ -1232,6 +1236,28 @@ mod tests {
         let mut enc = LzEncoder::new();
         enc.bits = 12;
         lz_with(&mut enc, dict, data)
+    }
+
+    #[test]
+    fn bounded_matches_of_a_long_run_cost_linear_time() {
+        // 4 MiB of one byte, matches cut at LZ_BOUNDED_MATCH: each match
+        // once extended to the end of the run (quadratic: this test then
+        // ran for minutes, a 65 MiB import for hours).
+        let data = vec![b'x'; 4 << 20];
+        let mut enc = LzEncoder::new();
+        let mut me = LzSource::new(0, &data);
+        assert!(enc.reserve(data.len()));
+        enc.place(&mut me);
+        let mut out = Vec::new();
+        let (done, _) = enc.compress(None, &me, 7, &mut out, usize::MAX, LZ_BOUNDED_MATCH);
+        assert!(done);
+        assert!(
+            data.len() <= out.len() * LZ_MAX_EXPANSION,
+            "{} bytes",
+            out.len()
+        );
+        let mut c = Cursor::new(&out, 0, 0);
+        assert_eq!(c.lz_decode(b"", data.len()).unwrap(), data);
     }
 
     #[test]

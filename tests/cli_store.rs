@@ -629,11 +629,19 @@ fn imported_fixtures_read_back_as_in_file_mode() {
 fn a_failed_append_midway_leaves_no_half_imported_session() {
     let tmp = tempfile::tempdir().unwrap();
     // The first event is appended; the second alone is larger than the
-    // store's record limit (64 MiB), so its append fails.
-    let blob = format!(
-        r#"{{"type":"custom/blob","seq":1,"time":1002,"data":{{"x":"{}"}}}}"#,
-        "a".repeat(65 << 20)
-    );
+    // store's record limit (64 MiB), so its append fails. Its text is
+    // pseudo-random letters, which the codec cannot shrink below the limit
+    // (a run of one letter LZ-codes to a few hundred KiB and is stored).
+    let mut x = 0x2545_f491u32;
+    let text: String = (0..65 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            char::from(b'a' + (x % 26) as u8)
+        })
+        .collect();
+    let blob = format!(r#"{{"type":"custom/blob","seq":1,"time":1002,"data":{{"x":"{text}"}}}}"#);
     let file = write_session(tmp.path(), "big.jsonl", "big", &[BALANCED[0], &blob]);
     let store = tmp.path().join("store");
     let r = sl(&store, &["import", path_str(&file)]);
