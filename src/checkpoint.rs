@@ -492,6 +492,13 @@ impl Checkpoint {
         {
             return Err(corrupt("a node location lies beyond the covered log"));
         }
+        // A checksum proves these are the bytes written, not that the writer
+        // was right: a surface that is not well formed is never handed out.
+        state
+            .surface()
+            .validate()
+            .map_err(|why| corrupt(format!("the surface is not well formed: {why}")))?;
+        // (Only now: iterating a surface that is not well formed may not end.)
         if let Some(seq) = state
             .surface()
             .iter()
@@ -499,12 +506,6 @@ impl Checkpoint {
         {
             return Err(corrupt(format!("surface node {seq} has no location")));
         }
-        // A checksum proves these are the bytes written, not that the writer
-        // was right: a surface that is not well formed is never handed out.
-        state
-            .surface()
-            .validate()
-            .map_err(|why| corrupt(format!("the surface is not well formed: {why}")))?;
         if state.next_seq() != self.head.coverage.next_seq || state.repair() != &self.head.repair {
             return Err(corrupt("its state and its head disagree"));
         }

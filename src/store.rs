@@ -34,6 +34,7 @@ use crate::vfs::{SegmentBytes, Vfs, VfsLock};
 use crate::violation::Violation;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -646,8 +647,11 @@ impl Store {
         let id = s.header.id.clone();
         let mut payload = Vec::new();
         // Message events stay verbatim: derive reads them in place from the
-        // mapping. Everything else (chunks above all) may be LZ-coded.
-        codec::encode_batch_with(
+        // mapping. Everything else (chunks above all) may be LZ-coded. The
+        // encoder reports where each verbatim `data` lands, so indexing the
+        // batch below needs no re-decode of what was just written.
+        let mut data_ranges = Vec::with_capacity(events.len());
+        codec::encode_batch_indexed(
             events,
             0,
             codec::EncodeOptions {
@@ -655,6 +659,7 @@ impl Store {
                 verbatim_surface: true,
             },
             &mut payload,
+            &mut data_ranges,
         )
         .map_err(|e| Error::Store(format!("session {id:?}: encoding the batch failed: {e}")))?;
         let size = (payload.len() + segment::BATCH_HEADER_LEN) as u64;
@@ -730,20 +735,13 @@ impl Store {
                 first_seq,
                 count: events.len() as u32,
             };
-            let codec_range = r.codec_range();
-            let decoded = codec::decode_batch(
-                &map[codec_range.start as usize..codec_range.end as usize],
-                first_seq,
-                r.count,
-                0,
-            )
-            .map_err(|e| {
-                Error::Store(format!(
-                    "session {id:?}: re-reading a written batch failed: {e}"
-                ))
-            })?;
-            s.index_batch(seg_first, &map, &r, &decoded);
-            Ok(())
+            let base = r.codec_range().start as usize;
+            let last_time = events.last().expect("a batch is not empty").time;
+            s.index_batch(seg_first, &map, &r, last_time, |i| {
+                let d = data_ranges[i].as_ref()?;
+                Some(base + d.start..base + d.end)
+            })
+            .map_err(|why| Error::Store(format!("session {id:?}: indexing a written batch: {why}")))
         })();
         if let Err(e) = indexed {
             s.poisoned = true;
@@ -1083,7 +1081,11 @@ impl Store {
                 state.append_batch(&events, &view).map_err(|v| {
                     corrupt(path, b.offset, format!("stored batch breaks a rule: {v}"))
                 })?;
-                s.index_batch(first_seq, &map, b, &events);
+                let last_time = events.last().map_or(s.last_time, |e| e.time);
+                s.index_batch(first_seq, &map, b, last_time, |i| {
+                    verbatim_range(&map, events[i].data.get())
+                })
+                .map_err(|why| corrupt(path, b.offset, why))?;
                 rec.replayed += events.len() as u64;
             }
             if last {
@@ -1832,41 +1834,44 @@ impl Session {
 
     /// Extends the read indexes with a batch just written or replayed: the
     /// batch index, the data locations of the surface nodes it added, the
-    /// newest record and time.
+    /// newest record and time. `data_range(i)` is the byte range in `map`
+    /// of event `i`'s `data` when it is stored verbatim (`None` when it is
+    /// LZ-coded). A surface node must be verbatim, since derive reads it in
+    /// place; the writer guarantees it, so a stored batch that breaks it is
+    /// corrupt, and the error names the seq.
     fn index_batch(
         &mut self,
         segment: u64,
         map: &[u8],
         b: &segment::BatchLoc,
-        events: &[Event<'_>],
-    ) {
+        last_time: i64,
+        data_range: impl Fn(usize) -> Option<Range<usize>>,
+    ) -> std::result::Result<(), String> {
+        let locs = Arc::make_mut(&mut self.node_locs);
+        for (i, seq) in (b.first_seq..b.first_seq + u64::from(b.count)).enumerate() {
+            if !self.state.surface().contains(seq) {
+                continue;
+            }
+            let range = data_range(i)
+                .filter(|r| r.end <= map.len())
+                .ok_or_else(|| format!("surface node {seq} is not stored verbatim"))?;
+            locs.push(
+                seq,
+                DataLoc {
+                    segment,
+                    offset: range.start as u64,
+                    len: range.len() as u32,
+                },
+            );
+        }
         self.batches.push(BatchEntry {
             first_seq: b.first_seq,
             segment,
             offset: b.offset,
         });
-        let base = map.as_ptr() as usize;
-        let locs = Arc::make_mut(&mut self.node_locs);
-        for e in events {
-            if self.state.surface().contains(e.seq) {
-                let data = e.data.get();
-                // Surface nodes are stored verbatim, so their data lies in the map.
-                let offset = data.as_ptr() as usize - base;
-                debug_assert!(offset + data.len() <= map.len());
-                locs.push(
-                    e.seq,
-                    DataLoc {
-                        segment,
-                        offset: offset as u64,
-                        len: data.len() as u32,
-                    },
-                );
-            }
-        }
-        if let Some(last) = events.last() {
-            self.last_time = last.time;
-        }
+        self.last_time = last_time;
         self.last_record = Some((segment, b.offset, b.end(), crc_at(map, b.offset)));
+        Ok(())
     }
 
     /// The seq the next event must have.
@@ -1891,6 +1896,14 @@ impl Session {
             node_locs: self.node_locs.clone(),
         }
     }
+}
+
+/// Where `data`, decoded from `map`, lies in it: `None` when the decoder
+/// produced it elsewhere (an LZ-coded field).
+fn verbatim_range(map: &[u8], data: &str) -> Option<Range<usize>> {
+    let start = (data.as_ptr() as usize).checked_sub(map.as_ptr() as usize)?;
+    let end = start + data.len();
+    (end <= map.len()).then_some(start..end)
 }
 
 /// The length of segment `segment` among the files found at load.

@@ -8,10 +8,11 @@
 //! checkpoint covers (fuzz findings F1 and F2 in RELIABILITY.md).
 
 use sessionlog::adapters::jsonl::read_session;
+use sessionlog::codec::{self, EncodeOptions};
 use sessionlog::event::{Event, OwnedEvent, SurfaceOp};
 use sessionlog::header::SessionHeader;
 use sessionlog::sample::{Sample, SampleConfig};
-use sessionlog::segment::{self, ScanOptions};
+use sessionlog::segment::{self, ScanOptions, SegmentWriter};
 use sessionlog::store::{Error, Options, Store};
 use sessionlog::violation::Violation;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -396,6 +397,53 @@ fn len_max_checkpoint(dir: &Path) -> Outcome {
     Ok(format!(
         "accepted: checkpoint ignored ({reason}), log rebuilt"
     ))
+}
+
+/// A stored batch, checksums valid, whose surface node is LZ-coded: derive
+/// reads surface nodes in place from the mapping, so the writer keeps them
+/// verbatim, and a log that does not is corrupt at that batch (the error
+/// names the seq) instead of indexing a location outside the record.
+fn surface_node_lz_coded(dir: &Path) -> Outcome {
+    let root = dir.join("store");
+    let text = "a message the LZ coder shrinks ".repeat(64);
+    let batch = vec![
+        ev(r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#),
+        ev(&format!(
+            r#"{{"type":"user/message","seq":1,"time":2,"data":{{"role":"user","content":[{{"type":"text","text":"{text}"}}]}},"surfaceOp":"append"}}"#
+        )),
+    ];
+    let store = Store::open(&root, opts()).expect("open");
+    store.create(SessionHeader::new("s", 0)).expect("create");
+    store.append("s", &batch).expect("append");
+    store.close().expect("close");
+    remove_checkpoint(&root);
+    // Rewrite the only segment with the same identity, the message LZ-coded.
+    let seg = std::fs::read_dir(root.join("sessions/s"))
+        .expect("session dir")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|x| x == "seg"))
+        .expect("a segment");
+    let ident = segment::read_header(&std::fs::read(&seg).expect("segment")).expect("header");
+    let mut payload = Vec::new();
+    let mut ranges = Vec::new();
+    codec::encode_batch_indexed(
+        &batch,
+        0,
+        EncodeOptions {
+            compress: true,
+            verbatim_surface: false,
+        },
+        &mut payload,
+        &mut ranges,
+    )
+    .expect("encode");
+    assert!(ranges[1].is_none(), "the message is LZ-coded");
+    std::fs::remove_file(&seg).expect("remove");
+    let mut w = SegmentWriter::create(&seg, &ident, 4096).expect("rewrite");
+    w.append(0, 2, &payload).expect("append");
+    w.sync().expect("sync");
+    drop(w);
+    reopen_and_load(&root).map(|(_, log)| format!("loaded {} events", log.len()))
 }
 
 /// CRC-32 (IEEE), bitwise: the tests need it for two headers only.
@@ -839,6 +887,11 @@ fn rows() -> Vec<Row> {
             name: "checkpoint: a section length = 2^32-1",
             run: len_max_checkpoint,
             expect: Accepted,
+        },
+        Row {
+            name: "stored batch: a surface node LZ-coded, checksums valid",
+            run: surface_node_lz_coded,
+            expect: Fails("Corrupt", &["surface node 1 is not stored verbatim"]),
         },
         // JSON nested 100k deep.
         Row {
