@@ -7,6 +7,7 @@
 //! the caller checks contiguity, then [`RawEvent::into_event`] checks
 //! eligibility, the `surfaceOp` shape and the `sourceEventSeqs` shape.
 
+use crate::invariants::KNOWN_TYPES;
 use crate::json::{self, Fields};
 use crate::violation::{Location, Rule, Violation};
 use serde_json::value::RawValue;
@@ -18,6 +19,19 @@ pub const SURFACE_TYPES: [&str; 3] = ["user/message", "assistant/message", "tool
 /// Whether events of type `kind` are surface-eligible.
 pub fn is_surface_type(kind: &str) -> bool {
     SURFACE_TYPES.contains(&kind)
+}
+
+/// `kind` with a `'static` lifetime: an owned string is kept, a borrowed
+/// one is looked up among the known types and copied only when it is not
+/// one of them.
+fn static_kind(kind: Cow<'_, str>) -> Cow<'static, str> {
+    match kind {
+        Cow::Owned(k) => Cow::Owned(k),
+        Cow::Borrowed(k) => match KNOWN_TYPES.binary_search(&k) {
+            Ok(i) => Cow::Borrowed(KNOWN_TYPES[i]),
+            Err(_) => Cow::Owned(k.to_owned()),
+        },
+    }
 }
 
 /// How an event entered the surface.
@@ -96,10 +110,13 @@ impl<'a> Event<'a> {
         Event::from_json(text)
     }
 
-    /// Copies borrowed parts so the event outlives its input.
+    /// Copies borrowed parts so the event outlives its input. A borrowed
+    /// `kind` that is one of the known types becomes a `'static` borrow
+    /// instead of a new `String`: loading a log then allocates once per
+    /// event (its data), not twice.
     pub fn into_owned(self) -> OwnedEvent {
         Event {
-            kind: Cow::Owned(self.kind.into_owned()),
+            kind: static_kind(self.kind),
             seq: self.seq,
             time: self.time,
             data: Cow::Owned(self.data.into_owned()),
@@ -488,6 +505,19 @@ mod tests {
         assert_eq!(ev.data.get(), r#"{"b":1.50,"a":"\u00e9"}"#);
         assert_eq!(ev.surface_op, Some(SurfaceOp::Replace { start: 1, end: 2 }));
         assert_eq!(ev.to_json(), line);
+    }
+
+    #[test]
+    fn into_owned_borrows_known_kinds_statically() {
+        let text = r#"{"type":"assistant/chunk","seq":0,"time":0,"data":{}}"#;
+        let ev = Event::from_json(text).unwrap();
+        assert!(matches!(ev.kind, Cow::Borrowed(_)));
+        let owned = ev.clone().into_owned();
+        assert!(matches!(owned.kind, Cow::Borrowed("assistant/chunk")));
+        assert_eq!(owned, ev);
+        let odd = r#"{"type":"vendor/thing","seq":0,"time":0,"data":{}}"#;
+        let owned = Event::from_json(odd).unwrap().into_owned();
+        assert!(matches!(owned.kind, Cow::Owned(ref k) if k == "vendor/thing"));
     }
 
     #[test]

@@ -12,7 +12,8 @@ use crate::violation::{Location, Rule, Violation};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-/// The event types the harness knew when the fixtures were written.
+/// The event types the harness knew when the fixtures were written, sorted
+/// (byte order) so that they can be binary-searched.
 pub const KNOWN_TYPES: &[&str] = &[
     "agent-preset/selected",
     "agent/inbox/spliced",
@@ -293,6 +294,12 @@ fn check_message_shape(kind: &str, data: &RawValue, seq: u64) -> Result<(), Viol
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn known_types_are_sorted_and_unique() {
+        // `Event::into_owned` binary-searches this list.
+        assert!(KNOWN_TYPES.windows(2).all(|w| w[0] < w[1]));
+    }
 
     fn run(lines: &[&str]) -> Result<(), Violation> {
         let mut inv = Invariants::default();

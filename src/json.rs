@@ -165,45 +165,225 @@ pub fn is_empty_array(raw: &RawValue) -> bool {
 /// parses just those; strings are skipped with their escapes.
 pub fn check_finite_numbers(text: &str) -> Result<(), String> {
     let b = text.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        // Outside strings: look at the structural bytes up to the next quote
-        // (few: JSON text is mostly strings), checking number literals.
-        let end = memchr::memchr(b'"', &b[i..]).map_or(b.len(), |q| i + q);
-        let mut j = i;
-        while j < end {
-            if matches!(b[j], b'-' | b'0'..=b'9') {
+    let mut j = 0;
+    // One pass over the structural bytes (few: JSON text is mostly strings),
+    // checking number literals; strings are skipped to their closing quote.
+    while let Some(&c) = b.get(j) {
+        match c {
+            b'"' => match closing_quote(b, j + 1) {
+                Some(q) => j = q + 1,
+                None => return Ok(()),
+            },
+            b'-' | b'0'..=b'9' => {
                 let start = j;
                 let mut risky = false;
-                while j < end && matches!(b[j], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
-                    risky |= matches!(b[j], b'e' | b'E');
+                while let Some(&d) = b.get(j)
+                    && matches!(d, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
+                    risky |= matches!(d, b'e' | b'E');
                     j += 1;
                 }
                 let lit = &text[start..j];
                 if (risky || lit.len() > 300) && !lit.parse::<f64>().is_ok_and(f64::is_finite) {
                     return Err(format!("number {lit} is not finite"));
                 }
-            } else {
-                j += 1;
             }
-        }
-        if end >= b.len() {
-            break;
-        }
-        // Inside a string: jump from escape to escape to the closing quote.
-        i = end + 1;
-        loop {
-            match memchr::memchr2(b'"', b'\\', b.get(i..).unwrap_or_default()) {
-                None => return Ok(()),
-                Some(k) if b[i + k] == b'\\' => i += k + 2,
-                Some(k) => {
-                    i += k + 1;
-                    break;
-                }
-            }
+            _ => j += 1,
         }
     }
     Ok(())
+}
+
+/// The index of the quote that closes the string whose text starts at
+/// `start` (just past the opening quote). Short strings (most keys and
+/// values) are scanned byte by byte, where a `memchr` call costs more than
+/// it saves; longer ones by `memchr` for quotes alone, counting the
+/// backslashes before each (much faster than stopping at every escape: text
+/// with many `\n` has few escaped quotes).
+fn closing_quote(b: &[u8], start: usize) -> Option<usize> {
+    const SHORT: usize = 24;
+    let mut j = start;
+    let short_end = b.len().min(start + SHORT);
+    while j < short_end {
+        match b[j] {
+            b'"' => return Some(j),
+            b'\\' => j += 2,
+            _ => j += 1,
+        }
+    }
+    // `j` is not inside an escape here: the loop stepped over each whole.
+    let from = j;
+    loop {
+        let q = j + memchr::memchr(b'"', b.get(j..)?)?;
+        let backslashes = b[from..q].iter().rev().take_while(|c| **c == b'\\').count();
+        if backslashes % 2 == 0 {
+            return Some(q);
+        }
+        j = q + 1;
+    }
+}
+
+/// A JSON value inside text already known to be valid JSON (the text of a
+/// [`RawValue`], or a part of one that [`Valid`] handed out), read without a
+/// validating parse.
+///
+/// `serde_json` validates every byte of a value it is asked to skip, and
+/// [`object`] / [`array`] re-scan each nesting level they are applied to.
+/// The repair rules look a few levels deep into every assistant message and
+/// tool result of a log; this walk reads each byte at most once and skips
+/// strings with `memchr`. It never panics: on text that is not valid after
+/// all, lookups return `None` or stop early.
+///
+/// ```
+/// use sessionlog::json::Valid;
+/// use serde_json::value::RawValue;
+/// let raw = RawValue::from_string(r#"{"message":{"content":[{"type":"tool-call","id":"c\u0031"}]}}"#.into()).unwrap();
+/// let blocks = Valid::of(&raw).get("message").and_then(|m| m.get("content")).unwrap();
+/// let ids: Vec<_> = blocks.elements().filter_map(|b| b.get("id")?.as_str()).collect();
+/// assert_eq!(ids, ["c1"]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Valid<'a>(&'a str);
+
+impl<'a> Valid<'a> {
+    /// The value `raw` holds.
+    pub fn of(raw: &'a RawValue) -> Valid<'a> {
+        Valid(raw.get().trim_matches(is_ws_char))
+    }
+
+    /// The JSON text of this value.
+    pub fn text(self) -> &'a str {
+        self.0
+    }
+
+    /// The value of the first member named `key` (compared unescaped), when
+    /// this is an object: what `object(raw)?.get(key)` gives.
+    pub fn get(self, key: &str) -> Option<Valid<'a>> {
+        let b = self.0.as_bytes();
+        if b.first() != Some(&b'{') {
+            return None;
+        }
+        let mut i = skip_ws(b, 1);
+        while b.get(i) == Some(&b'"') {
+            let key_end = skip_string(b, i);
+            let raw_key = self.0.get(i + 1..key_end.checked_sub(1)?)?;
+            let matches = if raw_key.contains('\\') {
+                serde_json::from_str::<String>(self.0.get(i..key_end)?).is_ok_and(|k| k == key)
+            } else {
+                raw_key == key
+            };
+            i = skip_ws(b, key_end);
+            if b.get(i) != Some(&b':') {
+                return None;
+            }
+            let start = skip_ws(b, i + 1);
+            let end = skip_value(b, start);
+            if matches {
+                return self.0.get(start..end).map(Valid);
+            }
+            i = skip_ws(b, end);
+            if b.get(i) != Some(&b',') {
+                return None;
+            }
+            i = skip_ws(b, i + 1);
+        }
+        None
+    }
+
+    /// The elements, in order, when this is an array (none otherwise).
+    pub fn elements(self) -> impl Iterator<Item = Valid<'a>> + 'a {
+        let text = self.0;
+        let b = text.as_bytes();
+        let mut i = if b.first() == Some(&b'[') {
+            skip_ws(b, 1)
+        } else {
+            b.len()
+        };
+        std::iter::from_fn(move || {
+            if matches!(b.get(i), None | Some(b']')) {
+                return None;
+            }
+            let start = i;
+            let end = skip_value(b, start);
+            let item = text.get(start..end).map(Valid);
+            i = skip_ws(b, end);
+            i = if b.get(i) == Some(&b',') {
+                skip_ws(b, i + 1)
+            } else {
+                b.len()
+            };
+            item
+        })
+    }
+
+    /// The string, unescaped, when this is a string: what [`string`] gives.
+    pub fn as_str(self) -> Option<Cow<'a, str>> {
+        let t = self.0;
+        if !(t.len() >= 2 && t.starts_with('"') && t.ends_with('"')) {
+            return None;
+        }
+        let inner = &t[1..t.len() - 1];
+        if inner.contains('\\') {
+            serde_json::from_str::<String>(t).ok().map(Cow::Owned)
+        } else {
+            Some(Cow::Borrowed(inner))
+        }
+    }
+}
+
+fn is_ws_char(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\r')
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// From the opening quote at `i` to just past the closing one.
+fn skip_string(b: &[u8], i: usize) -> usize {
+    closing_quote(b, i + 1).map_or(b.len(), |q| q + 1)
+}
+
+/// From the first byte of a value at `i` to just past its end.
+fn skip_value(b: &[u8], i: usize) -> usize {
+    match b.get(i) {
+        Some(b'"') => skip_string(b, i),
+        Some(b'{' | b'[') => {
+            let mut depth = 0usize;
+            let mut j = i;
+            while let Some(&c) = b.get(j) {
+                match c {
+                    b'"' => {
+                        j = skip_string(b, j);
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return j + 1;
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            b.len()
+        }
+        _ => {
+            let mut j = i;
+            while !matches!(
+                b.get(j),
+                None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+            ) {
+                j += 1;
+            }
+            j
+        }
+    }
 }
 
 /// Writes `s` as a JSON string literal.
@@ -248,6 +428,135 @@ pub fn value_eq(a: &serde_json::Value, b: &serde_json::Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use proptest::prelude::*;
+
+    /// JSON text with the things a lookup can get wrong: whitespace
+    /// everywhere, escaped keys (`t\u0079pe` is `type`), duplicate keys,
+    /// escaped quotes and brackets inside strings.
+    fn arb_text() -> impl Strategy<Value = String> {
+        let ws = prop::sample::select(vec!["", " ", "\n  ", "\t"]);
+        let leaf = prop_oneof![
+            prop::sample::select(vec![
+                "null",
+                "true",
+                "false",
+                "0",
+                "-1.5e3",
+                "12",
+                r#""""#,
+                r#""a\"b""#,
+                r#""]}\\""#,
+                r#""\u0041é""#,
+                r#""tool-call""#,
+                r#""{[,""#,
+            ])
+            .prop_map(str::to_owned),
+            "[a-z ]{0,6}".prop_map(|t| format!("{t:?}")),
+            // Past the byte-by-byte prefix of `closing_quote`, with escapes.
+            "[a-z\"\\\\ ]{16,70}".prop_map(|t| format!("{t:?}")),
+        ];
+        leaf.prop_recursive(4, 32, 4, move |inner| {
+            let key = prop::sample::select(vec![
+                r#""type""#,
+                r#""t\u0079pe""#,
+                r#""id""#,
+                r#""content""#,
+                r#""message""#,
+                r#""a\\""#,
+                r#""""#,
+            ]);
+            prop_oneof![
+                (
+                    prop::collection::vec((inner.clone(), ws.clone()), 0..4),
+                    ws.clone()
+                )
+                    .prop_map(|(items, w)| {
+                        let body: Vec<String> =
+                            items.iter().map(|(v, s)| format!("{s}{v}{s}")).collect();
+                        format!("[{w}{}]", body.join(","))
+                    }),
+                (
+                    prop::collection::vec((key, inner, ws.clone()), 0..4),
+                    ws.clone()
+                )
+                    .prop_map(|(members, w)| {
+                        let body: Vec<String> = members
+                            .iter()
+                            .map(|(k, v, s)| format!("{s}{k}{s}:{s}{v}{s}"))
+                            .collect();
+                        format!("{{{w}{}}}", body.join(","))
+                    }),
+            ]
+        })
+    }
+
+    /// `Valid` agrees with the validating helpers on `v` and all it holds.
+    fn agree(v: Valid<'_>) {
+        let owned = RawValue::from_string(v.text().to_owned()).expect("valid JSON");
+        assert_eq!(v.as_str(), string(&owned));
+        match object(&owned) {
+            Some(f) => {
+                for key in
+                    f.0.iter()
+                        .map(|(k, _)| k.0.as_ref())
+                        .chain(["type", "absent"])
+                {
+                    assert_eq!(
+                        v.get(key).map(Valid::text),
+                        f.get(key).map(RawValue::get),
+                        "{key}"
+                    );
+                }
+                f.0.iter().for_each(|(_, x)| agree(Valid(x.get())));
+            }
+            None => assert_eq!(v.get("type"), None),
+        }
+        match array(&owned) {
+            Some(items) => {
+                let mine: Vec<&str> = v.elements().map(Valid::text).collect();
+                let theirs: Vec<&str> = items.iter().map(|x| x.get()).collect();
+                assert_eq!(mine, theirs);
+                items.iter().for_each(|x| agree(Valid(x.get())));
+            }
+            None => assert_eq!(v.elements().count(), 0),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn valid_lookups_agree_with_the_parser(text in arb_text(), pad in "[ \n]{0,2}") {
+            let raw = RawValue::from_string(format!("{pad}{text}{pad}")).expect("the generator writes valid JSON");
+            agree(Valid::of(&raw));
+            // serde_json refuses an infinite number when it parses values.
+            prop_assert_eq!(
+                check_finite_numbers(raw.get()).is_ok(),
+                serde_json::from_str::<serde_json::Value>(raw.get()).is_ok()
+            );
+        }
+    }
+
+    #[test]
+    fn valid_lookups_never_panic_on_truncated_text() {
+        let text = r#"{"message":{"content":[{"type":"tool-call","id":"a\"b"},"]}"]},"x":1}"#;
+        for end in 0..text.len() {
+            let v = Valid(&text[..end]);
+            let _ = v
+                .get("message")
+                .and_then(|m| m.get("content"))
+                .map(|c| c.elements().count());
+            let _ = v.get("x").and_then(Valid::as_str);
+        }
+        let v = Valid(text);
+        let ids: Vec<_> = v
+            .get("message")
+            .and_then(|m| m.get("content"))
+            .unwrap()
+            .elements()
+            .filter_map(|b| b.get("id")?.as_str())
+            .collect();
+        assert_eq!(ids, ["a\"b"]);
+    }
 
     fn raw(s: &str) -> &RawValue {
         serde_json::from_str(s).unwrap()

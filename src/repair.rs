@@ -10,7 +10,7 @@
 //! the nested dialect, whatever dialect the log uses.
 
 use crate::event::{Event, OwnedEvent, SurfaceOp};
-use crate::json::{self, Fields};
+use crate::json::{self, Valid};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -104,10 +104,7 @@ impl RepairTracker {
                 }
             }
             "tool/call" => {
-                let Some(id) = json::object(&event.data)
-                    .and_then(|f| f.get("callId"))
-                    .and_then(json::string)
-                else {
+                let Some(id) = Valid::of(&event.data).get("callId").and_then(Valid::as_str) else {
                     return;
                 };
                 if self.logged_call(&id).is_none() {
@@ -247,42 +244,38 @@ fn closer(kind: &str, seq: u64, time: i64, data: Vec<u8>) -> OwnedEvent {
 
 /// The raw JSON text of a top-level field of an object payload.
 fn field(data: &RawValue, key: &str) -> Option<String> {
-    json::object(data)?.get(key).map(|v| v.get().to_owned())
+    Valid::of(data).get(key).map(|v| v.text().to_owned())
 }
 
 /// The tool-call ids an assistant message requests, in content order, from
 /// `data.message.content` (nested) or `data.content` (flat).
 pub fn requested_call_ids(data: &RawValue) -> Vec<String> {
-    let Some(fields) = json::object(data) else {
-        return Vec::new();
-    };
-    let content = match fields.get("message").and_then(json::object) {
+    // `Valid` walks the already-validated text once; `json::object` at each
+    // level would re-scan the whole message for every level it descends.
+    let data = Valid::of(data);
+    let content = match data.get("message").filter(|m| m.text().starts_with('{')) {
         Some(m) => m.get("content"),
-        None => fields.get("content"),
+        None => data.get("content"),
     };
-    let Some(blocks) = content.and_then(json::array) else {
+    let Some(blocks) = content else {
         return Vec::new();
     };
     blocks
-        .into_iter()
-        .filter_map(|b| {
-            let b: Fields<'_> = json::object(b)?;
-            (b.get("type").and_then(json::string).as_deref() == Some("tool-call"))
-                .then(|| b.get("id").and_then(json::string))?
-                .map(Cow::into_owned)
-        })
+        .elements()
+        .filter(|b| b.get("type").and_then(Valid::as_str).as_deref() == Some("tool-call"))
+        .filter_map(|b| b.get("id")?.as_str().map(Cow::into_owned))
         .collect()
 }
 
 /// The call id a tool/result answers: `data.message.source.callId` (nested)
 /// or `data.callId` (flat).
 pub fn result_call_id(data: &RawValue) -> Option<String> {
-    let fields = json::object(data)?;
-    let id = match fields.get("message").and_then(json::object) {
-        Some(m) => m.get("source").and_then(json::object)?.get("callId"),
-        None => fields.get("callId"),
+    let data = Valid::of(data);
+    let id = match data.get("message").filter(|m| m.text().starts_with('{')) {
+        Some(m) => m.get("source")?.get("callId"),
+        None => data.get("callId"),
     };
-    id.and_then(json::string).map(Cow::into_owned)
+    id.and_then(Valid::as_str).map(Cow::into_owned)
 }
 
 #[cfg(test)]
