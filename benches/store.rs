@@ -33,6 +33,9 @@
 //! - `recovery/scan/{n}`: `Store::open_read_only` + forcing the load of a
 //!   session whose checkpoint is deleted (a full scan of the log); throughput
 //!   in bytes of log (`SessionStats::bytes`: preallocated space not counted).
+//!   `recovery/record_scan/{n}`: the log scan alone, as recovery runs it
+//!   (map every segment, check every record's frame and checksum), without
+//!   decoding or folding; same byte throughput.
 //!   `recovery/repair/{n}`: `Store::open` + `repair` of a session whose last
 //!   turn stopped in a tool call, each iteration on a fresh copy of the
 //!   directory (the copy is not timed); its throughput is one element per
@@ -45,6 +48,7 @@ use criterion::{
 use sessionlog::event::{OwnedEvent, SurfaceOp};
 use sessionlog::header::SessionHeader;
 use sessionlog::sample::{Sample, SampleConfig};
+use sessionlog::segment::{self, ScanOptions, Tail};
 use sessionlog::store::{Durability, Store};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -460,6 +464,29 @@ fn reopen(c: &mut Criterion, fx: &Fixtures) {
     g.finish();
 }
 
+/// The segment files under `dir`, in seq order per session.
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).expect("read_dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(segment::parse_segment_file_name)
+                .is_some()
+            {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 fn recovery(c: &mut Criterion, fx: &Fixtures) {
     let mut g = c.benchmark_group("recovery");
     g.sample_size(10);
@@ -480,6 +507,27 @@ fn recovery(c: &mut Criterion, fx: &Fixtures) {
         assert!(!rec.used_checkpoint && rec.replayed == f.events, "{rec:?}");
         drop(store);
         std::fs::write(&f.checkpoint, saved).expect("restore the checkpoint");
+    });
+    // The log scan alone: what recovery does to find the end of the log and
+    // a torn tail (map each segment, check every frame and checksum), with
+    // no decoding and no fold. `recovery/scan` above adds both.
+    let segments = segment_files(&f.dir);
+    let scan_all = || {
+        let mut events = 0u64;
+        for path in &segments {
+            let file = std::fs::File::open(path).expect("open segment");
+            // SAFETY: the fixture's files are not modified while mapped.
+            let map = unsafe { memmap2::Mmap::map(&file) }.expect("map segment");
+            let ident = segment::read_header(&map).expect("segment header");
+            let scan = segment::scan(&map, &ident, &ScanOptions::default()).expect("scan");
+            assert_eq!(scan.tail, Tail::Clean, "{}", path.display());
+            events += scan.batches.iter().map(|b| u64::from(b.count)).sum::<u64>();
+        }
+        events
+    };
+    assert_eq!(scan_all(), f.events, "the scan finds every event");
+    g.bench_function(BenchmarkId::new("record_scan", n), |b| {
+        b.iter(|| black_box(scan_all()))
     });
     let repair_sizes: &[u64] = if smoke() { &[300] } else { &[1_000, 100_000] };
     for &n in repair_sizes {
