@@ -227,12 +227,13 @@ fn closing_quote(b: &[u8], start: usize) -> Option<usize> {
 /// [`RawValue`], or a part of one that [`Valid`] handed out), read without a
 /// validating parse.
 ///
-/// `serde_json` validates every byte of a value it is asked to skip, and
-/// [`object`] / [`array`] re-scan each nesting level they are applied to.
-/// The repair rules look a few levels deep into every assistant message and
-/// tool result of a log; this walk reads each byte at most once and skips
-/// strings with `memchr`. It never panics: on text that is not valid after
-/// all, lookups return `None` or stop early.
+/// `serde_json` validates every byte of a value it is asked to skip, at
+/// every nesting level [`object`] / [`array`] are applied to. The repair
+/// rules look a few levels deep into every assistant message and tool result
+/// of a log; this walk only finds the structure (a level is still walked
+/// again when a lookup descends into it), skipping long strings with
+/// `memchr`. It never panics: on text that is not valid after all, lookups
+/// return `None` or stop early.
 ///
 /// ```
 /// use sessionlog::json::Valid;
