@@ -14,9 +14,10 @@
 //!
 //! Groups:
 //! - `encode/store/{batch}`: `encode_batch_with` with the store's options
-//!   (LZ-coded, message events verbatim).
+//!   (data packed into one Zstandard frame per batch, message events
+//!   verbatim).
 //! - `encode/default/{batch}`: `encode_batch_with` with the default options
-//!   (every data field may be LZ-coded).
+//!   (every data field may be packed).
 //! - `index/{decode,indexed}/{batch}`: what the store needs after writing a
 //!   batch, the byte range of every verbatim data field: `encode_batch_with`
 //!   then `decode_batch` and the data pointers (the old way), against

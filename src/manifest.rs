@@ -40,9 +40,10 @@ pub const MANIFEST_FILE: &str = "MANIFEST";
 pub const MANIFEST_MAGIC: [u8; 8] = *b"SLOGSTOR";
 
 /// The store format version this build writes and reads.
-pub const STORE_FORMAT_VERSION: u32 = 1;
+pub const STORE_FORMAT_VERSION: u32 = 2;
 
-/// Size of a version-1 manifest in bytes.
+/// Size of a manifest in bytes (versions 1 and 2: the layout is the same;
+/// version 2 stores have version-2 segments, whose record codec packs data).
 pub const MANIFEST_LEN: usize = 36;
 
 /// Largest manifest of any version a reader accepts (the envelope bound).

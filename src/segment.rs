@@ -55,7 +55,7 @@ pub const SEGMENT_MAGIC: [u8; 8] = *b"SLOGSEG\0";
 pub const FOOTER_MAGIC: [u8; 8] = *b"SLOGEND\0";
 
 /// The segment format version this build writes and reads.
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
 
 /// Size of the segment header in bytes; the first record starts here.
 pub const HEADER_LEN: usize = 64;

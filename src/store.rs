@@ -647,7 +647,8 @@ impl Store {
         let id = s.header.id.clone();
         let mut payload = Vec::new();
         // Message events stay verbatim: derive reads them in place from the
-        // mapping. Everything else (chunks above all) may be LZ-coded. The
+        // mapping. Everything else (chunks above all) goes into the batch's
+        // compressed pack when that pays. The
         // encoder reports where each verbatim `data` lands, so indexing the
         // batch below needs no re-decode of what was just written.
         let mut data_ranges = Vec::with_capacity(events.len());
@@ -1836,7 +1837,7 @@ impl Session {
     /// batch index, the data locations of the surface nodes it added, the
     /// newest record and time. `data_range(i)` is the byte range in `map`
     /// of event `i`'s `data` when it is stored verbatim (`None` when it is
-    /// LZ-coded). A surface node must be verbatim, since derive reads it in
+    /// packed). A surface node must be verbatim, since derive reads it in
     /// place; the writer guarantees it, so a stored batch that breaks it is
     /// corrupt, and the error names the seq.
     fn index_batch(
@@ -1899,7 +1900,7 @@ impl Session {
 }
 
 /// Where `data`, decoded from `map`, lies in it: `None` when the decoder
-/// produced it elsewhere (an LZ-coded field).
+/// produced it elsewhere (a packed field).
 fn verbatim_range(map: &[u8], data: &str) -> Option<Range<usize>> {
     let start = (data.as_ptr() as usize).checked_sub(map.as_ptr() as usize)?;
     let end = start + data.len();

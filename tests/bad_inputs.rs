@@ -399,13 +399,13 @@ fn len_max_checkpoint(dir: &Path) -> Outcome {
     ))
 }
 
-/// A stored batch, checksums valid, whose surface node is LZ-coded: derive
+/// A stored batch, checksums valid, whose surface node is packed: derive
 /// reads surface nodes in place from the mapping, so the writer keeps them
 /// verbatim, and a log that does not is corrupt at that batch (the error
 /// names the seq) instead of indexing a location outside the record.
-fn surface_node_lz_coded(dir: &Path) -> Outcome {
+fn surface_node_packed(dir: &Path) -> Outcome {
     let root = dir.join("store");
-    let text = "a message the LZ coder shrinks ".repeat(64);
+    let text = "a message the packer shrinks ".repeat(64);
     let batch = vec![
         ev(r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#),
         ev(&format!(
@@ -417,7 +417,7 @@ fn surface_node_lz_coded(dir: &Path) -> Outcome {
     store.append("s", &batch).expect("append");
     store.close().expect("close");
     remove_checkpoint(&root);
-    // Rewrite the only segment with the same identity, the message LZ-coded.
+    // Rewrite the only segment with the same identity, the message packed.
     let seg = std::fs::read_dir(root.join("sessions/s"))
         .expect("session dir")
         .map(|e| e.expect("entry").path())
@@ -437,7 +437,7 @@ fn surface_node_lz_coded(dir: &Path) -> Outcome {
         &mut ranges,
     )
     .expect("encode");
-    assert!(ranges[1].is_none(), "the message is LZ-coded");
+    assert!(ranges[1].is_none(), "the message is packed");
     std::fs::remove_file(&seg).expect("remove");
     let mut w = SegmentWriter::create(&seg, &ident, 4096).expect("rewrite");
     w.append(0, 2, &payload).expect("append");
@@ -762,7 +762,8 @@ fn manifest_version(dir: &Path, read_only: bool) -> Outcome {
     let root = dir.join("store");
     let path = root.join("MANIFEST");
     let mut m = std::fs::read(&path).expect("manifest");
-    m[8..12].copy_from_slice(&2u32.to_le_bytes());
+    // Version 1: a store written before the record codec packed data.
+    m[8..12].copy_from_slice(&1u32.to_le_bytes());
     let crc = crc32(&m[..32]);
     m[32..36].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&path, m).expect("write");
@@ -889,8 +890,8 @@ fn rows() -> Vec<Row> {
             expect: Accepted,
         },
         Row {
-            name: "stored batch: a surface node LZ-coded, checksums valid",
-            run: surface_node_lz_coded,
+            name: "stored batch: a surface node packed, checksums valid",
+            run: surface_node_packed,
             expect: Fails("Corrupt", &["surface node 1 is not stored verbatim"]),
         },
         // JSON nested 100k deep.
@@ -1189,21 +1190,21 @@ fn rows() -> Vec<Row> {
             expect: Fails("Store", &["Permission denied"]),
         },
         Row {
-            name: "store of format version 2",
+            name: "store of format version 1 (older)",
             run: manifest_version_rw,
             expect: Fails(
                 "Store",
                 &[
-                    "written by a build using store format version 2; this build reads only version 1",
+                    "written by a build using store format version 1; this build reads only version 2",
                 ],
             ),
         },
         Row {
-            name: "store of format version 2 (read-only)",
+            name: "store of format version 1 (older, read-only)",
             run: manifest_version_ro,
             expect: Fails(
                 "Store",
-                &["store format version 2; this build reads only version 1"],
+                &["store format version 1; this build reads only version 2"],
             ),
         },
         Row {

@@ -726,25 +726,28 @@ fn manifest_version_mismatch_names_both_versions() {
     let dir = tempfile::tempdir().unwrap();
     Manifest::create(dir.path()).unwrap();
     let path = dir.path().join(MANIFEST_FILE);
-    let mut bytes = fs::read(&path).unwrap();
-    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
-    rewrite_with_crc(&mut bytes);
-    fs::write(&path, &bytes).unwrap();
-    let err = Manifest::open(dir.path()).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ManifestError::UnsupportedVersion {
-                found: 2,
-                supported: 1,
-                ..
-            }
-        ),
-        "{err}"
-    );
-    let msg = err.to_string();
-    assert!(msg.contains("store format version 2"), "{msg}");
-    assert!(msg.contains("reads only version 1"), "{msg}");
+    let bytes = fs::read(&path).unwrap();
+    // An older store (version 1: records without packs) and a newer one.
+    for found in [STORE_FORMAT_VERSION - 1, STORE_FORMAT_VERSION + 1] {
+        let mut bytes = bytes.clone();
+        bytes[8..12].copy_from_slice(&found.to_le_bytes());
+        rewrite_with_crc(&mut bytes);
+        fs::write(&path, &bytes).unwrap();
+        let err = Manifest::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ManifestError::UnsupportedVersion { found: f, supported: 2, .. } if f == found
+            ),
+            "{err}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("store format version {found}")),
+            "{msg}"
+        );
+        assert!(msg.contains("reads only version 2"), "{msg}");
+    }
 
     // A newer version with a longer layout is still reported as a version
     // mismatch, not as corruption (the envelope: magic, version, final CRC).

@@ -630,15 +630,17 @@ fn a_failed_append_midway_leaves_no_half_imported_session() {
     let tmp = tempfile::tempdir().unwrap();
     // The first event is appended; the second alone is larger than the
     // store's record limit (64 MiB), so its append fails. Its text is
-    // pseudo-random letters, which the codec cannot shrink below the limit
-    // (a run of one letter LZ-codes to a few hundred KiB and is stored).
+    // 84 MiB of pseudo-random printable characters (92 of them, no quote or
+    // backslash): at log2(92) = 6.52 bits each, no general-purpose coder
+    // stores them in less than 68 MiB.
+    let alphabet: Vec<u8> = (b' '..=b'~').filter(|&c| c != b'"' && c != b'\\').collect();
     let mut x = 0x2545_f491u32;
-    let text: String = (0..65 << 20)
+    let text: String = (0..84 << 20)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 17;
             x ^= x << 5;
-            char::from(b'a' + (x % 26) as u8)
+            char::from(alphabet[(x % alphabet.len() as u32) as usize])
         })
         .collect();
     let blob = format!(r#"{{"type":"custom/blob","seq":1,"time":1002,"data":{{"x":"{text}"}}}}"#);

@@ -9,8 +9,8 @@
 use proptest::prelude::*;
 use serde_json::value::RawValue;
 use sessionlog::codec::{
-    BatchDecoder, CodecError, EncodeOptions, MAX_REF_DISTANCE, decode_batch, encode_batch,
-    encode_batch_indexed, encode_batch_with,
+    BatchDecoder, CodecError, EncodeOptions, PACK_MAX_RATIO, PACK_SLACK, decode_batch,
+    encode_batch, encode_batch_indexed, encode_batch_with,
 };
 use sessionlog::event::{Event, OwnedEvent, SurfaceOp};
 use std::borrow::Cow;
@@ -115,7 +115,7 @@ fn assert_indexed(events: &[Event<'_>], prev_time: i64, options: EncodeOptions) 
                 end = range.end;
                 assert_eq!(&bytes[range], events[i].data.get().as_bytes());
             }
-            Cow::Owned(_) => assert_eq!(range, &None, "{options:?}: event {i} is LZ-coded"),
+            Cow::Owned(_) => assert_eq!(range, &None, "{options:?}: event {i} is packed"),
         }
     }
 }
@@ -222,11 +222,12 @@ fn compression_paths_are_used_and_exact() {
 }
 
 #[test]
-fn dictionary_references_across_the_ring() {
-    // More same-type events than the decoder's ring holds, interleaved with
-    // other types so references reach back several events.
+fn one_pack_serves_many_events_of_many_types() {
+    // Events of three types interleaved: each takes its slice of the pack in
+    // order; message events (surfaceOp) stay out of it with the store's
+    // options.
     let mut events = Vec::new();
-    for i in 0..(MAX_REF_DISTANCE as u64 * 5) {
+    for i in 0..80u64 {
         let kind = ["a/x", "b/y", "c/z"][(i % 7 % 3) as usize];
         let data = format!(
             r#"{{"turn":{},"payload":"{}","i":{i}}}"#,
@@ -236,14 +237,19 @@ fn dictionary_references_across_the_ring() {
         events.push(ev(kind, i, i as i64 * 1000, &data));
     }
     assert_round_trip(&events, 0);
-    // A type seen only far back: no dictionary, still exact.
-    events.push(ev(
-        "far/type",
-        events.len() as u64,
-        0,
-        r#"{"x":"abcabcabcabcabcabcabcabc"}"#,
-    ));
+    for e in events.iter_mut().step_by(5) {
+        e.surface_op = Some(SurfaceOp::Append);
+    }
     assert_round_trip(&events, 0);
+    let bytes = encode(&events, 0, STORE);
+    let back = decode(&bytes, 0, events.len(), 0).unwrap();
+    for (i, e) in back.iter().enumerate() {
+        assert_eq!(
+            matches!(e.data, Cow::Borrowed(_)),
+            i % 5 == 0,
+            "event {i}: only messages are verbatim"
+        );
+    }
 }
 
 #[test]
@@ -280,14 +286,14 @@ fn indexed_encoding_changes_nothing_on_error() {
     assert!(matches!(err, CodecError::NonContiguous { index: 2, .. }));
     assert_eq!(out, [1, 2, 3]);
     assert_eq!(ranges, [Some(5..7)]);
-    // An empty batch: no bytes, no ranges.
+    // An empty batch: its pack header ("none"), no ranges.
     encode_batch_indexed(&[], 0, STORE, &mut out, &mut ranges).unwrap();
-    assert_eq!(out, [1, 2, 3]);
+    assert_eq!(out, [1, 2, 3, 0]);
     assert!(ranges.is_empty());
 }
 
 #[test]
-fn repeated_data_is_lz_coded() {
+fn repeated_data_is_packed() {
     // The same 1 KiB payload again and again (within and across types), a
     // long run of one byte, and a payload that only extends the previous one.
     let big = format!(r#"{{"text":"{}"}}"#, "the quick brown fox ".repeat(50));
@@ -318,7 +324,7 @@ fn repeated_data_is_lz_coded() {
         .iter()
         .filter(|e| matches!(e.data, Cow::Owned(_)))
         .count();
-    assert!(owned >= 38, "{owned} of 40 LZ-coded");
+    assert_eq!(owned, 40, "{owned} of 40 packed");
 }
 
 #[test]
@@ -341,8 +347,8 @@ fn every_single_byte_corruption_is_handled() {
     // Every position, every bit, and +-1 (which hits lengths, offsets and ids
     // exactly): no panic, both decoders agree, and in the verbatim encoding a
     // change that still decodes yields different events (nothing is silently
-    // ignored; LZ streams are not unique, so there a changed offset may
-    // legitimately rebuild the same bytes).
+    // ignored; in a compressed pack a change may legitimately rebuild the
+    // same bytes, and the store's record CRC is what catches it there).
     let events = varied_events();
     let first = events[0].seq;
     for options in [EncodeOptions::default(), VERBATIM] {
@@ -375,9 +381,15 @@ fn trailing_bytes_are_rejected() {
     let first = events[0].seq;
     let mut bytes = encode(&events, 0, EncodeOptions::default());
     let len = bytes.len();
-    // One event fewer than encoded: the last event is left over.
+    // One event fewer than encoded: the last event is left over (and its
+    // slice of the pack, checked first).
     assert!(matches!(
         decode(&bytes, first, events.len() - 1, 0),
+        Err(CodecError::Corrupt { reason, .. }) if reason.contains("pack data left over")
+    ));
+    let verbatim = encode(&events, 0, VERBATIM);
+    assert!(matches!(
+        decode(&verbatim, first, events.len() - 1, 0),
         Err(CodecError::Corrupt { reason, .. }) if reason.contains("trailing")
     ));
     bytes.push(0);
@@ -396,31 +408,43 @@ fn trailing_bytes_are_rejected() {
     assert!(it.finish().is_err());
     assert!(matches!(it.next(), Some(Err(CodecError::Corrupt { offset, .. })) if offset == len));
     assert!(it.next().is_none());
-    // An empty batch is empty.
-    assert_eq!(decode(&[], 0, 0, 0).unwrap(), vec![]);
-    assert!(decode(&[0], 0, 0, 0).is_err());
+    // An empty batch is its pack header, "no pack".
+    assert_eq!(encode(&[], 0, EncodeOptions::default()), [0]);
+    assert_eq!(decode(&[0], 0, 0, 0).unwrap(), vec![]);
+    assert!(decode(&[], 0, 0, 0).is_err());
+    assert!(decode(&[0, 0], 0, 0, 0).is_err());
 }
 
 #[test]
 fn unknown_and_conflicting_flags_are_rejected() {
     let events = [ev("x", 0, 0, r#"{"a":1}"#)];
     let bytes = encode(&events, 0, VERBATIM);
+    // Byte 0 is the pack header (0: none); the event's flags follow.
+    assert_eq!(bytes[0], 0);
     for bit in [6, 7] {
         let mut bad = bytes.clone();
-        bad[0] |= 1 << bit;
+        bad[1] |= 1 << bit;
         assert_eq!(
             decode(&bad, 0, 1, 0),
             Err(CodecError::Corrupt {
-                offset: 0,
+                offset: 1,
                 reason: "unknown flag bits"
             })
         );
     }
     let mut bad = bytes.clone();
-    bad[0] |= 0b110; // append and replace
+    bad[1] |= 0b110; // append and replace
     assert!(matches!(
         decode(&bad, 0, 1, 0),
-        Err(CodecError::Corrupt { offset: 0, reason }) if reason.contains("append and replace")
+        Err(CodecError::Corrupt { offset: 1, reason }) if reason.contains("append and replace")
+    ));
+    // The packed flag without a pack: the data length exceeds the (empty)
+    // pack.
+    let mut bad = bytes.clone();
+    bad[1] |= 1 << 5;
+    assert!(matches!(
+        decode(&bad, 0, 1, 0),
+        Err(CodecError::Corrupt { reason, .. }) if reason.contains("exceeds the pack")
     ));
 }
 
@@ -428,16 +452,16 @@ fn unknown_and_conflicting_flags_are_rejected() {
 fn bad_utf8_and_bad_references_are_rejected() {
     let events = [ev("ab", 0, 0, r#""ok""#), ev("ab", 1, 0, r#""ok""#)];
     let bytes = encode(&events, 0, VERBATIM);
-    // flags, len 2, "ab": break the type's UTF-8.
+    // pack 0, flags, len 2, "ab": break the type's UTF-8.
     let mut bad = bytes.clone();
-    assert_eq!(&bad[1..4], b"\x02ab");
-    bad[2] = 0xff;
+    assert_eq!(&bad[2..5], b"\x02ab");
+    bad[3] = 0xff;
     assert!(matches!(
         decode(&bad, 0, 2, 0),
-        Err(CodecError::Corrupt { offset: 2, reason }) if reason.contains("UTF-8")
+        Err(CodecError::Corrupt { offset: 3, reason }) if reason.contains("UTF-8")
     ));
     // The second event refers to type id 0; make it id 1 (undefined).
-    let second = 1 + 3 + 1 + 5; // flags, len + "ab", time, len + "\"ok\""
+    let second = 1 + 1 + 3 + 1 + 5; // pack, flags, len + "ab", time, len + "\"ok\""
     assert_eq!(bytes[second..second + 2], [0, 0]);
     let mut bad = bytes.clone();
     bad[second + 1] = 1;
@@ -473,15 +497,109 @@ fn bad_utf8_and_bad_references_are_rejected() {
 
 #[test]
 fn huge_counts_and_lengths_do_not_allocate() {
-    // A tiny input claiming u32::MAX events, a huge source count, a huge LZ
-    // length: errors, quickly, without trying to reserve the claimed sizes.
-    assert!(decode_batch(&[0x10, 1, b'x', 0, 1, b'1'], 0, u32::MAX, 0).is_err());
-    let huge_sources = [0x11, 1, b'x', 0, 0xff, 0xff, 0xff, 0xff, 0x0f];
+    // A tiny input claiming u32::MAX events, a huge source count, a huge
+    // pack: errors, quickly, without trying to reserve the claimed sizes.
+    assert!(decode_batch(&[0, 0x10, 1, b'x', 0, 1, b'1'], 0, u32::MAX, 0).is_err());
+    let huge_sources = [0, 0x11, 1, b'x', 0, 0xff, 0xff, 0xff, 0xff, 0x0f];
     assert!(decode_batch(&huge_sources, 0, 1, 0).is_err());
-    let huge_lz = [
-        0x30, 1, b'x', 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0,
-    ];
-    assert!(decode_batch(&huge_lz, 0, 1, 0).is_err());
+    let huge_pack = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 1, 0];
+    assert!(matches!(
+        decode_batch(&huge_pack, 0, 0, 0),
+        Err(CodecError::Corrupt {
+            offset: 0,
+            reason: "pack length out of range"
+        })
+    ));
+}
+
+/// A batch whose pack is `frame`, stated to decode to `p` bytes, followed
+/// by one event of type "x" whose `n` bytes of data are packed.
+fn batch_with_pack(p: usize, frame: &[u8], n: usize) -> Vec<u8> {
+    fn put(out: &mut Vec<u8>, mut v: usize) {
+        while v >= 0x80 {
+            out.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    let mut out = Vec::new();
+    put(&mut out, p);
+    put(&mut out, frame.len());
+    out.extend_from_slice(frame);
+    // flags: new type, packed; type "x"; time delta 0; data length n.
+    out.extend_from_slice(&[0x10 | 0x20, 1, b'x', 0]);
+    put(&mut out, n);
+    out
+}
+
+#[test]
+fn pack_headers_are_checked() {
+    let data = br#"{"text":"hello hello hello hello hello"}"#;
+    let frame = zstd::bulk::compress(data, 1).unwrap();
+    let good = batch_with_pack(data.len(), &frame, data.len());
+    let back = decode(&good, 0, 1, 0).unwrap();
+    assert_eq!(back[0].data.get().as_bytes(), data);
+    assert!(matches!(back[0].data, Cow::Owned(_)));
+    let reason = |bytes: &[u8]| match decode(bytes, 0, 1, 0) {
+        Err(CodecError::Corrupt { reason, .. }) => reason,
+        other => panic!("decoded: {other:?}"),
+    };
+    // The stated length disagrees with the frame, either way.
+    assert_eq!(
+        reason(&batch_with_pack(data.len() + 1, &frame, data.len())),
+        "pack decodes to another length than stated"
+    );
+    assert_eq!(
+        reason(&batch_with_pack(data.len() - 1, &frame, data.len() - 1)),
+        "pack is not valid Zstandard data"
+    );
+    // The event takes less or more than the pack holds.
+    assert_eq!(
+        reason(&batch_with_pack(data.len(), &frame, data.len() - 1)),
+        "pack data left over after the last event"
+    );
+    assert_eq!(
+        reason(&batch_with_pack(data.len(), &frame, data.len() + 1)),
+        "packed data length exceeds the pack"
+    );
+    // Not Zstandard at all.
+    assert_eq!(
+        reason(&batch_with_pack(4, b"abcdefgh", 4)),
+        "pack is not valid Zstandard data"
+    );
+    // Packed data must be UTF-8, sliced per event.
+    let frame = zstd::bulk::compress(b"\xff\xfe", 1).unwrap();
+    assert_eq!(
+        reason(&batch_with_pack(2, &frame, 2)),
+        "packed data is not UTF-8"
+    );
+    // The ratio bound: a frame of Z bytes may state at most 32 Z + 1 MiB.
+    let zeros = vec![b' '; PACK_SLACK + 64 * 1024];
+    let frame = zstd::bulk::compress(&zeros, 1).unwrap();
+    assert!(frame.len() * PACK_MAX_RATIO + PACK_SLACK < zeros.len());
+    assert_eq!(
+        reason(&batch_with_pack(zeros.len(), &frame, zeros.len())),
+        "pack length out of range"
+    );
+}
+
+#[test]
+fn data_too_compressible_for_the_ratio_bound_is_stored_verbatim() {
+    // 2 MiB of spaces compress far beyond 32x: the encoder must not write a
+    // pack the decoder refuses, so it stores the data verbatim.
+    let big = format!(r#""{}""#, " ".repeat(PACK_SLACK * 2));
+    let events = [ev("x", 0, 0, &big), ev("x", 1, 0, &big)];
+    let bytes = encode(&events, 0, EncodeOptions::default());
+    assert_eq!(bytes[0], 0, "no pack");
+    let back = decode(&bytes, 0, 2, 0).unwrap();
+    assert_eq!(back, events);
+    assert!(back.iter().all(|e| matches!(e.data, Cow::Borrowed(_))));
+    // Below the slack, the same data packs.
+    let small = format!(r#""{}""#, " ".repeat(PACK_SLACK / 4));
+    let events = [ev("x", 0, 0, &small), ev("x", 1, 0, &small)];
+    let bytes = encode(&events, 0, EncodeOptions::default());
+    assert!(bytes.len() < 1000, "{}", bytes.len());
+    assert_eq!(decode(&bytes, 0, 2, 0).unwrap(), events);
 }
 
 // ---------------------------------------------------------------- proptest
@@ -801,7 +919,7 @@ fn fixture_events_round_trip_and_size() {
     let Some(texts) = fixture_texts() else { return };
     let (mut jsonl, mut n_events, mut n_batches) = (0usize, 0usize, 0usize);
     let (mut packed, mut verbatim, mut type_cost) = (0usize, 0usize, 0usize);
-    // What the store writes: LZ-coded, but message events verbatim.
+    // What the store writes: data packed, but message events verbatim.
     let mut store_form = 0usize;
     let store_options = EncodeOptions {
         compress: true,
@@ -866,7 +984,7 @@ fn fixture_events_round_trip_and_size() {
         ratio(verbatim)
     );
     println!(
-        "  LZ-coded data          {packed:>9} B  ratio {:.4}  (data borrowed {borrowed}, owned {owned})",
+        "  packed data            {packed:>9} B  ratio {:.4}  (data borrowed {borrowed}, owned {owned})",
         ratio(packed)
     );
     println!(
@@ -875,7 +993,7 @@ fn fixture_events_round_trip_and_size() {
     );
     println!(
         "  per-batch type tables cost {type_cost} B over a segment-wide table: {:.2}% of verbatim, \
-         {:.2}% of LZ-coded",
+         {:.2}% of packed",
         100.0 * type_cost as f64 / verbatim as f64,
         100.0 * type_cost as f64 / packed as f64,
     );
