@@ -1029,7 +1029,7 @@ fn report(
     let jsonl_per_event = w.jsonl.len() as f64 / w.events.len() as f64;
     let _ = writeln!(
         o,
-        "\nBytes on disk per event (last round). The `data` of surface events alone is {surface_data:.0} B/event ({:.2}x JSONL); sessionlog stores it verbatim (uncompressed, for zero-copy derive):\n",
+        "\nBytes on disk per event (last round). The `data` of surface events alone is {surface_data:.0} B/event ({:.2}x JSONL); sessionlog stores it verbatim (for zero-copy derive) and packs the data of the other events of each batch into one Zstandard frame (format-spec.md section 4), so the saving grows with the batch:\n",
         surface_data / jsonl_per_event
     );
     table_head(&mut o, "engine", &batch_cols);
