@@ -532,7 +532,8 @@ impl<'a> Iterator for BatchDecoder<'a> {
         if self.done {
             return None;
         }
-        if let Some(e) = self.pack_error.take() {
+        // Cloned, not taken: `finish` reports the same error afterwards.
+        if let Some(e) = self.pack_error.clone() {
             self.done = true;
             return Some(Err(e));
         }

@@ -648,9 +648,9 @@ impl Store {
         let mut payload = Vec::new();
         // Message events stay verbatim: derive reads them in place from the
         // mapping. Everything else (chunks above all) goes into the batch's
-        // compressed pack when that pays. The
-        // encoder reports where each verbatim `data` lands, so indexing the
-        // batch below needs no re-decode of what was just written.
+        // compressed pack when that pays. The encoder reports where each
+        // verbatim `data` lands, so indexing the batch below needs no
+        // re-decode of what was just written.
         let mut data_ranges = Vec::with_capacity(events.len());
         codec::encode_batch_indexed(
             events,

@@ -584,6 +584,23 @@ fn pack_headers_are_checked() {
 }
 
 #[test]
+fn batch_decoder_reports_a_bad_pack_first_and_again_from_finish() {
+    let bad_frame = batch_with_pack(4, b"abcdefgh", 4);
+    // A batch of no events whose only content is a bad pack header, too.
+    let header_only = &bad_frame[..bad_frame.len() - 5];
+    for (bytes, count) in [(&bad_frame[..], 1), (header_only, 0)] {
+        let mut it = BatchDecoder::new(bytes, 0, count, 0);
+        let first = it.next().expect("an item");
+        let Err(CodecError::Corrupt { reason, .. }) = &first else {
+            panic!("first item: {first:?}");
+        };
+        assert_eq!(*reason, "pack is not valid Zstandard data");
+        assert!(it.next().is_none(), "nothing after the error");
+        assert_eq!(it.finish(), first.map(|_| ()), "finish repeats it");
+    }
+}
+
+#[test]
 fn data_too_compressible_for_the_ratio_bound_is_stored_verbatim() {
     // 2 MiB of spaces compress far beyond 32x: the encoder must not write a
     // pack the decoder refuses, so it stores the data verbatim.
