@@ -170,7 +170,8 @@ enum Command {
     /// Run the whole job end to end in a fresh store: generate sessions,
     /// append, crash in a tool call, reopen and repair, derive, export.
     Demo {
-        /// The store directory to create (an earlier demo store is replaced).
+        /// The store directory to create: new or empty (a store an earlier demo
+        /// made there is replaced; anything else is refused).
         #[arg(default_value = "demo-store")]
         dir: PathBuf,
     },

@@ -38,6 +38,13 @@ pub fn run(dir: &Path, out: &mut impl Write) -> Result<(), String> {
         ..Options::default()
     };
     let store = Store::open(dir, options()).map_err(|e| err(&e))?;
+    // Written once the store exists, so only a directory this demo created
+    // ever carries it (see `prepare`).
+    std::fs::write(
+        dir.join(MARKER),
+        "made by `sessionlog demo`; the next demo run in this directory replaces it\n",
+    )
+    .map_err(|e| err(&e))?;
     let started = Instant::now();
     let mut events_total = 0;
     for i in 0..SESSIONS {
@@ -158,9 +165,11 @@ pub fn run(dir: &Path, out: &mut impl Write) -> Result<(), String> {
     store.close().map_err(|e| err(&e))?;
     writeln!(
         out,
-        "done: store in {}, exports in {}; try `sessionlog --store {} ls`",
+        "done: store in {}, exports in {}; try `sessionlog --store {} ls` \
+         (after `cargo install --path .`; or `cargo run --release -- --store {} ls`)",
         dir.display(),
         export.display(),
+        dir.display(),
         dir.display()
     )
     .map_err(|e| err(&e))?;
@@ -184,26 +193,64 @@ fn shared_segments(sessions: &Path, a: &str, b: &str) -> usize {
     inodes(a).iter().filter(|i| theirs.contains(i)).count()
 }
 
-/// Removes an earlier demo store in `dir`; refuses to touch anything else.
+/// The file a demo store carries so a later demo run can tell it made it.
+const MARKER: &str = "DEMO-STORE";
+
+/// Makes `dir` ready for a new demo store. A missing or empty directory is
+/// used as it is. A directory is removed only when the demo itself made it:
+/// it carries [`MARKER`], is a store this build reads, and holds nothing but
+/// the demo's sessions (`demo-*`). Anything else (a real store, a demo store
+/// a user imported into, any other file) is refused and left untouched.
 fn prepare(dir: &Path) -> Result<(), String> {
     if !dir.exists() {
         return Ok(());
     }
-    let is_store = dir.join(sessionlog::manifest::MANIFEST_FILE).is_file();
+    if !dir.is_dir() {
+        return Err(format!(
+            "{} is a file, not a directory; choose another directory",
+            dir.display()
+        ));
+    }
     let empty = std::fs::read_dir(dir)
-        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("reading {}: {e}", dir.display()))?
         .next()
         .is_none();
-    if is_store {
-        std::fs::remove_dir_all(dir).map_err(|e| format!("removing the old demo store: {e}"))
-    } else if empty {
-        Ok(())
-    } else {
+    if empty {
+        return Ok(());
+    }
+    let refuse = |why: &str| {
         Err(format!(
-            "{} exists and is not a sessionlog store; choose another directory",
+            "{} is not empty and {why}; the demo never deletes what it did not \
+             create: choose a new directory (e.g. `sessionlog demo demo-store-2`)",
             dir.display()
         ))
+    };
+    if !dir.join(MARKER).is_file() {
+        return refuse("was not made by `sessionlog demo`");
     }
+    let store = match Store::open_read_only(dir) {
+        Ok(store) => store,
+        Err(e) => return refuse(&format!("cannot be read as a demo store ({e})")),
+    };
+    let foreign: Vec<String> = store
+        .list()
+        .into_iter()
+        .map(|h| h.id)
+        .filter(|id| !is_demo_session(id))
+        .collect();
+    drop(store);
+    if let Some(id) = foreign.first() {
+        return refuse(&format!(
+            "holds session {id:?}, which the demo did not write ({} such)",
+            foreign.len()
+        ));
+    }
+    std::fs::remove_dir_all(dir).map_err(|e| format!("removing the old demo store: {e}"))
+}
+
+/// Whether `id` is one of the sessions the demo writes.
+fn is_demo_session(id: &str) -> bool {
+    id.starts_with("demo-")
 }
 
 fn write_jsonl(
