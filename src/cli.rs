@@ -410,10 +410,13 @@ fn session_id(target: OsString) -> Result<String, Failure> {
         .map_err(|t| Failure::Usage(format!("session id {t:?} is not UTF-8")))
 }
 
-fn sorted_ids(store: &Store) -> Vec<String> {
-    let mut ids: Vec<String> = store.list().into_iter().map(|h| h.id).collect();
-    ids.sort();
-    ids
+fn sorted_ids(store: &Store) -> Result<Vec<String>, Failure> {
+    Ok(store
+        .list()
+        .map_err(store_err)?
+        .into_iter()
+        .map(|h| h.id)
+        .collect())
 }
 
 fn now_ms() -> u64 {
@@ -433,11 +436,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             let id = session_id(target)?;
             let store = open_read_only(dir)?;
             let events = store.read_from(&id, from.unwrap_or(0)).map_err(store_err)?;
-            let header = store
-                .list()
-                .into_iter()
-                .find(|h| h.id == id)
-                .ok_or_else(|| store_err(store::Error::NotFound(id.clone())))?;
+            let header = store.header(&id).map_err(store_err)?;
             jsonl::write_session(out, &header, &events).map_err(io_err)
         }
         Command::Surface { target } => {
@@ -513,8 +512,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
         ),
         Command::Ls { json } => {
             let store = open_read_only(dir)?;
-            let mut headers = store.list();
-            headers.sort_by(|a, b| a.id.cmp(&b.id));
+            let headers = store.list().map_err(store_err)?;
             if json {
                 let mut buf = b"[".to_vec();
                 for (i, h) in headers.iter().enumerate() {
@@ -542,7 +540,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             let store = open_read_only(dir)?;
             let ids = match id {
                 Some(id) => vec![id],
-                None => sorted_ids(&store),
+                None => sorted_ids(&store)?,
             };
             let mut worst: Option<Failure> = None;
             let mut failed = 0;
@@ -619,7 +617,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             let all = id.is_none();
             let ids = match id {
                 Some(id) => vec![id],
-                None => sorted_ids(&store),
+                None => sorted_ids(&store)?,
             };
             let mut total = Totals::default();
             let mut objects = Vec::new();

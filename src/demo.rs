@@ -144,7 +144,12 @@ pub fn run(dir: &Path, out: &mut impl Write) -> Result<(), String> {
     )
     .map_err(|e| err(&e))?;
     let db = export.join("sessions.db");
-    let ids: Vec<String> = store.list().into_iter().map(|h| h.id).collect();
+    let ids: Vec<String> = store
+        .list()
+        .map_err(|e| err(&e))?
+        .into_iter()
+        .map(|h| h.id)
+        .collect();
     sessionlog::adapters::sqlite::export_db(&store, &ids, &db).map_err(|e| err(&e))?;
     writeln!(
         out,
@@ -232,8 +237,11 @@ fn prepare(dir: &Path) -> Result<(), String> {
         Ok(store) => store,
         Err(e) => return refuse(&format!("cannot be read as a demo store ({e})")),
     };
-    let foreign: Vec<String> = store
-        .list()
+    let listed = match store.list() {
+        Ok(listed) => listed,
+        Err(e) => return refuse(&format!("cannot be listed ({e})")),
+    };
+    let foreign: Vec<String> = listed
         .into_iter()
         .map(|h| h.id)
         .filter(|id| !is_demo_session(id))

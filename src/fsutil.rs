@@ -155,9 +155,10 @@ fn is_kept(b: u8) -> bool {
 /// followed by `~h` and the 32 lower-case hex digits of the FNV-1a-128 hash of
 /// the whole id. Such names (at most 154 bytes) never equal a plain encoding,
 /// which cannot contain `~h`. Two long ids with the same prefix map to the
-/// same name only on a 128-bit hash collision; the catalog stores every full
-/// id and refuses two live ids with the same directory name, so a collision is
-/// detected rather than silently merging two sessions.
+/// same name only on a 128-bit hash collision; every session's `HEADER`
+/// holds its full id and a directory is a session only when its name is the
+/// encoding of that id, so a collision is detected rather than silently
+/// merging two sessions.
 ///
 /// Note: names are case-sensitive (`a` and `A` differ), as on the Unix file
 /// systems the store targets.
@@ -207,7 +208,7 @@ pub fn encode_session_dir_name(id: &str) -> Result<String, BadId> {
 /// prime `2^88 + 0x13B`). Chosen because it is tiny and fixed by its
 /// specification: its value never changes between builds, unlike
 /// `std::collections::hash_map::DefaultHasher`. It is not a cryptographic
-/// hash; the catalog checks for collisions (see [`encode_session_dir_name`]).
+/// hash; collisions are detected (see [`encode_session_dir_name`]).
 pub fn fnv1a_128(bytes: &[u8]) -> u128 {
     const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
     const PRIME: u128 = 0x0000000001000000000000000000013B;

@@ -9,10 +9,10 @@
 #![warn(missing_docs)]
 
 pub mod adapters;
-pub mod catalog;
 pub mod checkpoint;
 pub mod codec;
 pub mod derive;
+mod engine;
 pub mod event;
 pub mod fsutil;
 pub mod header;

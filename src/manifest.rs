@@ -30,7 +30,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::fsutil::{self, TMP_SUFFIX, write_atomic_with};
+use crate::fsutil::{self, TMP_SUFFIX};
 use crate::vfs::{RealFs, Vfs};
 
 /// Name of the manifest file in the store directory.
@@ -40,7 +40,7 @@ pub const MANIFEST_FILE: &str = "MANIFEST";
 pub const MANIFEST_MAGIC: [u8; 8] = *b"SLOGSTOR";
 
 /// The store format version this build writes and reads.
-pub const STORE_FORMAT_VERSION: u32 = 2;
+pub const STORE_FORMAT_VERSION: u32 = 3;
 
 /// Size of a manifest in bytes (versions 1 and 2: the layout is the same;
 /// version 2 stores have version-2 segments, whose record codec packs data).
@@ -82,7 +82,7 @@ pub enum ManifestError {
     },
     /// The store was written in a format version this build cannot read.
     #[error(
-        "{}: the store was written by a build using store format version {found}; this build reads only version {supported}",
+        "{}: the store was written by a build using store format version {found}; this build reads only version {supported} (to migrate: `sessionlog --store DIR export --all --to OUT` with a build that reads version {found}, then `sessionlog --store NEW import OUT` with this one)",
         path.display()
     )]
     UnsupportedVersion {
@@ -121,11 +121,14 @@ fn le_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
-/// Whether `dir` has no entries other than a stale `MANIFEST.tmp`.
+/// Whether `dir` has no entries other than the temporary files of a
+/// manifest being created (`MANIFEST.tmp`, `MANIFEST.tmp-*`: left by a crash
+/// or written right now by a concurrent creator).
 fn is_effectively_empty(vfs: &dyn Vfs, dir: &Path) -> Result<bool, ManifestError> {
     let tmp = format!("{MANIFEST_FILE}{TMP_SUFFIX}");
     for name in vfs.read_dir(dir).map_err(io_err(dir))? {
-        if name != tmp.as_str() {
+        let name = name.to_string_lossy();
+        if !name.starts_with(tmp.as_str()) {
             return Ok(false);
         }
     }
@@ -220,6 +223,9 @@ impl Manifest {
                     Ok(_) if is_effectively_empty(vfs, dir)? => Err(ManifestError::Missing {
                         path: dir.to_path_buf(),
                     }),
+                    // A concurrent creator linked its manifest in after our
+                    // open: read that one.
+                    Ok(_) if vfs.exists(&path) => Manifest::open_with(vfs, dir),
                     Ok(_) => Err(ManifestError::NotAStore {
                         path: dir.to_path_buf(),
                     }),
@@ -244,14 +250,16 @@ impl Manifest {
     }
 
     /// Creates a new store manifest with a random store id in the existing
-    /// directory `dir`, durably ([`write_atomic`](crate::fsutil::write_atomic): once this returns, the
-    /// manifest survives a crash).
+    /// directory `dir`, durably (once this returns, the manifest survives a
+    /// crash).
     ///
     /// Refuses ([`ManifestError::AlreadyExists`]) if `dir` already has a
     /// manifest: a new store id would disown every existing segment. Refuses
-    /// ([`ManifestError::NotAStore`]) if `dir` has other entries (a stale
-    /// `MANIFEST.tmp` is ignored). The check is not atomic with the write: the
-    /// caller must be the only process creating a store at `dir`.
+    /// ([`ManifestError::NotAStore`]) if `dir` has other entries (temporary
+    /// `MANIFEST.tmp*` files are ignored). Race-free: the manifest is written
+    /// and synced under a name of its own, then hard-linked to `MANIFEST`,
+    /// which fails if another process created one first; that process's
+    /// manifest then stands ([`Manifest::open_or_create`] opens it).
     pub fn create(dir: impl AsRef<Path>) -> Result<Manifest, ManifestError> {
         Self::create_with(&RealFs, dir.as_ref())
     }
@@ -269,8 +277,34 @@ impl Manifest {
                 path: dir.to_path_buf(),
             });
         }
+        // Race-free creation: the manifest is written whole and synced under
+        // a name of its own, then linked to MANIFEST, which fails if another
+        // creator got there first (`link` never replaces). The loser then
+        // opens the winner's manifest, so every process agrees on the store
+        // id; a rename here would let the second creator replace the id
+        // after the first had written segments under it.
         let manifest = Manifest::generate();
-        write_atomic_with(vfs, dir, MANIFEST_FILE, &manifest.encode()).map_err(io_err(&path))?;
+        let tmp = dir.join(format!(
+            "{MANIFEST_FILE}{TMP_SUFFIX}-{}",
+            Manifest::generate().store_id_hex()
+        ));
+        let written = (|| {
+            let file = vfs.create_new(&tmp)?;
+            file.write_all_at(&manifest.encode(), 0)?;
+            file.sync_all()?;
+            vfs.hard_link(&tmp, &path)
+        })();
+        let _ = vfs.remove_file(&tmp);
+        match written {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(ManifestError::AlreadyExists { path });
+            }
+            Err(e) => return Err(io_err(&path)(e)),
+        }
+        // The new name must be durable before anything is written under
+        // this store id.
+        vfs.sync_dir(dir).map_err(io_err(dir))?;
         Ok(manifest)
     }
 
@@ -306,7 +340,19 @@ impl Manifest {
             };
             vfs.sync_dir(parent).map_err(io_err(parent))?;
         }
-        Manifest::create_with(vfs, dir).map(|m| (m, true))
+        match Manifest::create_with(vfs, dir) {
+            Ok(m) => Ok((m, true)),
+            // Another process created the store meanwhile: open theirs.
+            Err(ManifestError::AlreadyExists { .. }) => {
+                Manifest::open_with(vfs, dir).map(|m| (m, false))
+            }
+            Err(ManifestError::NotAStore { path }) => match Manifest::open_with(vfs, dir) {
+                // ... and already put files beside its manifest.
+                Ok(m) => Ok((m, false)),
+                Err(_) => Err(ManifestError::NotAStore { path }),
+            },
+            Err(e) => Err(e),
+        }
     }
 
     /// The store id as 32 lower-case hex digits.

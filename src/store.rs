@@ -1,5 +1,6 @@
-//! The durable store: sessions as segment logs, a catalog, checkpoints, and
-//! crash recovery with repair.
+//! The durable store: sessions as segment logs in directories of their
+//! own (see `engine::registry`), checkpoints, and crash recovery with
+//! repair.
 //!
 //! Data flow of an append, top to bottom:
 //! 1. the batch is folded into the session's [`SessionState`] (every rule of
@@ -16,12 +17,13 @@
 //! reads the checkpoint, folds the events after it, truncates a torn tail
 //! and closes an interrupted turn (see `format-spec.md`, "Recovery").
 
-use crate::catalog::Catalog;
 use crate::checkpoint::{
     self, BatchEntry, BatchIndex, Checkpoint, CheckpointBody, Coverage, DataLoc,
 };
 use crate::codec;
 use crate::derive::{DeriveCache, Message};
+pub use crate::engine::registry::Unaccounted;
+use crate::engine::registry::{LookupError, PublishError, Registry, SessionEntry};
 use crate::event::{Event, OwnedEvent};
 use crate::fsutil;
 use crate::header::SessionHeader;
@@ -164,7 +166,7 @@ pub enum Error {
         /// Limit.
         max: u32,
     },
-    /// A store-level file (manifest, catalog) is unusable.
+    /// A store-level file (the manifest) is unusable.
     #[error("{0}")]
     Store(String),
 }
@@ -214,9 +216,13 @@ struct Session {
     since_checkpoint: u64,
     dirty: bool,
     poisoned: bool,
-    /// A session declared with `create` and not yet in the catalog: its
-    /// first append publishes it.
+    /// A session declared with `create` and not yet published: its first
+    /// append publishes it.
     unpublished: bool,
+    /// `dir` is the session's staging directory (being built, not visible).
+    staged: bool,
+    /// An import in progress: no sync per batch (one at the end).
+    defer_sync: bool,
     /// The committed end of the last, unsealed segment as found at load
     /// (read-only stores have no writer to ask).
     active_end: Option<u64>,
@@ -348,12 +354,11 @@ pub struct Recovery {
 }
 
 struct Inner {
-    dir: PathBuf,
     options: Options,
     read_only: bool,
     store_id: [u8; 16],
     _lock: Option<VfsLock>,
-    catalog: Mutex<Catalog>,
+    registry: Registry,
     pending: Mutex<HashMap<String, SessionHeader>>,
     /// Shared with the group-commit thread, which never holds the store
     /// itself (so dropping the last handle releases the lock at once).
@@ -377,7 +382,6 @@ pub struct Store {
 }
 
 const LOCK_FILE: &str = "LOCK";
-const SESSIONS_DIR: &str = "sessions";
 
 impl Store {
     /// Creates or opens the store in `dir`, taking its exclusive write lock.
@@ -433,30 +437,28 @@ impl Store {
                 Err(e) => return Err(Error::Io { path, source: e }),
             }
         };
-        let sessions_dir = dir.join(SESSIONS_DIR);
-        if !read_only && !vfs.exists(&sessions_dir) {
-            vfs.create_dir(&sessions_dir)
-                .map_err(io_at(&sessions_dir))?;
-            vfs.sync_dir(dir).map_err(io_at(dir))?;
-        }
-        let (catalog, replay) = Catalog::open_with(vfs.clone(), dir, read_only)
-            .map_err(|e| Error::Store(e.to_string()))?;
-        if !read_only && !replay.orphan_dirs.is_empty() {
-            // Left by a crash between a session's first write and its catalog
-            // record, or during a delete: the session does not exist.
-            for orphan in &replay.orphan_dirs {
-                vfs.remove_dir_all(orphan).map_err(io_at(orphan))?;
+        let registry = Registry::open(vfs.clone(), dir, !read_only)
+            .map_err(|(path, source)| Error::Io { path, source })?;
+        if !read_only {
+            // Sessions a crash left half-built: never published, so never
+            // acknowledged (this process holds the store's write lock, so no
+            // other process is building them).
+            for staged in registry
+                .staged()
+                .map_err(|(path, source)| Error::Io { path, source })?
+            {
+                registry
+                    .discard(&staged)
+                    .map_err(|(path, source)| Error::Io { path, source })?;
             }
-            vfs.sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
         }
         let store = Store {
             inner: Arc::new(Inner {
-                dir: dir.to_owned(),
                 options,
                 read_only,
                 store_id: manifest.store_id,
                 _lock: lock,
-                catalog: Mutex::new(catalog),
+                registry,
                 pending: Mutex::new(HashMap::new()),
                 sessions: Arc::new(RwLock::new(HashMap::new())),
                 recoveries: Mutex::new(HashMap::new()),
@@ -471,15 +473,29 @@ impl Store {
         Ok(store)
     }
 
-    /// The headers of every stored session (sessions with at least one
-    /// event), from the catalog, without reading any log.
-    pub fn list(&self) -> Vec<SessionHeader> {
-        let catalog = self.inner.catalog.lock().expect("catalog lock");
-        catalog
-            .entries()
-            .values()
-            .map(|e| e.header.clone())
-            .collect()
+    /// The headers of every stored session, sorted by id, read from the
+    /// sessions' own directories (no log is read). A session declared with
+    /// [`Store::create`] and never appended to is not listed; a directory
+    /// that is not a readable session is not either: see
+    /// [`Store::unaccounted`].
+    pub fn list(&self) -> Result<Vec<SessionHeader>> {
+        let (sessions, _) = self.scan()?;
+        Ok(sessions.into_iter().map(|e| e.header).collect())
+    }
+
+    /// Entries of the sessions directory that are not readable sessions (no
+    /// `HEADER`, a damaged one, one naming another id): damage or foreign
+    /// files. They are kept as they are, never deleted; `verify` reports
+    /// them.
+    pub fn unaccounted(&self) -> Result<Vec<Unaccounted>> {
+        Ok(self.scan()?.1)
+    }
+
+    fn scan(&self) -> Result<(Vec<SessionEntry>, Vec<Unaccounted>)> {
+        self.inner
+            .registry
+            .scan()
+            .map_err(|(path, source)| Error::Io { path, source })
     }
 
     /// Declares a session. Nothing is written until its first append.
@@ -489,7 +505,7 @@ impl Store {
             id: header.id.clone(),
             reason: e.to_string(),
         })?;
-        if self.exists(&header.id) {
+        if self.entry(&header.id)?.is_some() {
             return Err(Error::Exists(header.id));
         }
         let mut pending = self.inner.pending.lock().expect("pending lock");
@@ -500,13 +516,35 @@ impl Store {
         Ok(())
     }
 
-    fn exists(&self, id: &str) -> bool {
-        self.inner
-            .catalog
-            .lock()
-            .expect("catalog lock")
-            .get(id)
-            .is_some()
+    /// The header of session `id` (stored, or declared with
+    /// [`Store::create`]), without loading its log.
+    pub fn header(&self, id: &str) -> Result<SessionHeader> {
+        if let Some(h) = self.inner.pending.lock().expect("pending lock").get(id) {
+            return Ok(h.clone());
+        }
+        match self.entry(id)? {
+            Some(e) => Ok(e.header),
+            None => Err(Error::NotFound(id.to_owned())),
+        }
+    }
+
+    /// Whether session `id` is stored (declared-only sessions are not).
+    pub fn exists(&self, id: &str) -> Result<bool> {
+        Ok(self.entry(id)?.is_some())
+    }
+
+    /// The stored session `id`, from its directory.
+    fn entry(&self, id: &str) -> Result<Option<SessionEntry>> {
+        match self.inner.registry.get(id) {
+            Ok(e) => Ok(e),
+            Err(LookupError::Io(path, source)) => Err(Error::Io { path, source }),
+            Err(LookupError::Unaccounted(u)) => Err(Error::Corrupt {
+                session: id.to_owned(),
+                segment: u.path,
+                offset: 0,
+                reason: u.reason,
+            }),
+        }
     }
 
     fn writable(&self) -> Result<()> {
@@ -530,13 +568,9 @@ impl Store {
         if let Some(s) = sessions.get(id) {
             return Ok(s.clone());
         }
-        let entry = {
-            let catalog = self.inner.catalog.lock().expect("catalog lock");
-            catalog.get(id).map(|e| (e.header.clone(), e.session_uid))
-        };
-        let session = match entry {
-            Some((header, uid)) => {
-                let (s, rec) = self.load_session(header, uid, true)?;
+        let session = match self.entry(id)? {
+            Some(entry) => {
+                let (s, rec) = self.load_session(entry, true)?;
                 self.inner
                     .recoveries
                     .lock()
@@ -559,11 +593,10 @@ impl Store {
     }
 
     fn session_dir(&self, id: &str) -> Result<PathBuf> {
-        let name = fsutil::encode_session_dir_name(id).map_err(|e| Error::BadId {
+        self.inner.registry.live_dir(id).map_err(|e| Error::BadId {
             id: id.to_owned(),
             reason: e.to_string(),
-        })?;
-        Ok(self.inner.dir.join(SESSIONS_DIR).join(name))
+        })
     }
 
     fn new_session(&self, header: SessionHeader) -> Result<Session> {
@@ -586,6 +619,8 @@ impl Store {
             dirty: false,
             poisoned: false,
             unpublished: true,
+            staged: false,
+            defer_sync: false,
             active_end: None,
             unverified: None,
         })
@@ -602,7 +637,26 @@ impl Store {
         }
         let session = self.session(id)?;
         let mut s = session.lock().expect("session lock");
-        self.append_locked(&mut s, events)
+        let appended = self.append_locked(&mut s, events);
+        if s.poisoned && s.unpublished {
+            // Its first batch was never published and its staged directory
+            // is gone: forget the half-built session. After an I/O error the
+            // declaration stays, so a retry starts afresh; when another
+            // process created the id meanwhile, the next use loads theirs.
+            if s.staged {
+                let _ = self.inner.registry.discard(&s.dir);
+            }
+            drop(s);
+            self.inner
+                .sessions
+                .write()
+                .expect("sessions lock")
+                .remove(id);
+            if matches!(appended, Err(Error::Exists(_))) {
+                self.inner.pending.lock().expect("pending lock").remove(id);
+            }
+        }
+        appended
     }
 
     /// Appends one event, assigning its seq (the next) and time (`time_ms`),
@@ -674,8 +728,15 @@ impl Store {
         let first_seq = events[0].seq;
         let first_append = s.unpublished;
         let vfs = &*opts.vfs;
-        if s.writer.is_none() && s.segs.is_empty() && !vfs.exists(&s.dir) {
-            vfs.create_dir(&s.dir).map_err(io_at(&s.dir))?;
+        if first_append && !s.staged {
+            // A new session is built where no other process looks, and
+            // published whole once its first batch is durable.
+            s.dir = self
+                .inner
+                .registry
+                .stage(&s.header, &s.uid)
+                .map_err(|(path, source)| Error::Io { path, source })?;
+            s.staged = true;
         }
         let full = s.writer.as_ref().is_some_and(|w| {
             w.len() + size + segment::FRAME_OVERHEAD as u64 > opts.segment_size && !w.is_empty()
@@ -693,27 +754,34 @@ impl Store {
             .append(first_seq, events.len() as u32, &payload)
             .map_err(|e| segment_error(&id, &path, e))?;
         s.dirty = true;
-        if opts.durability == Durability::Sync {
+        if opts.durability == Durability::Sync && !s.defer_sync {
             s.sync_now()?;
         }
         if first_append {
             // The session becomes visible only once its first batch is durable
-            // (Sync) and its directory entry is: then the catalog says so.
-            // The record is already written, so a failure here cannot be
-            // rolled back in place: the session is poisoned, and the next
-            // open finds an orphan directory and removes it.
-            let sessions_dir = self.inner.dir.join(SESSIONS_DIR);
-            let publish = || -> Result<()> {
-                vfs.sync_dir(&s.dir).map_err(io_at(&s.dir))?;
-                vfs.sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
-                let mut catalog = self.inner.catalog.lock().expect("catalog lock");
-                catalog
-                    .put(s.header.clone(), s.uid)
-                    .map_err(|e| Error::Store(e.to_string()))
-            };
-            if let Err(e) = publish() {
-                s.poisoned = true;
-                return Err(e);
+            // (in every mode: a session never appears empty after a crash),
+            // by one rename of its directory. The record is already written,
+            // so a failure here cannot be rolled back in place: the session
+            // is poisoned, and its staged directory discarded.
+            if opts.durability != Durability::Sync {
+                s.sync_now()?;
+            }
+            match self.inner.registry.publish(&s.dir, &id) {
+                Ok(live) => s.move_to(live),
+                Err(PublishError::Unsynced(live, path, source)) => {
+                    // Visible, but not known durable: like a failed fsync.
+                    s.move_to(live);
+                    s.unpublished = false;
+                    s.poisoned = true;
+                    self.inner.pending.lock().expect("pending lock").remove(&id);
+                    return Err(Error::Io { path, source });
+                }
+                Err(e) => {
+                    s.poisoned = true;
+                    let _ = self.inner.registry.discard(&s.dir);
+                    s.staged = false;
+                    return Err(publish_error(e, &id));
+                }
             }
             s.unpublished = false;
             self.inner.pending.lock().expect("pending lock").remove(&id);
@@ -726,6 +794,8 @@ impl Store {
         let end = loc.offset + loc.payload_len as u64 + segment::FRAME_OVERHEAD as u64;
         let indexed = (|| -> Result<()> {
             if s.segs.last().expect("active").map.len() < end as usize || !vfs.coherent_maps() {
+                // (Read the path again: a first append moved the directory.)
+                let path = s.segs.last().expect("active").path.clone();
                 let map = self.map_file(&path)?;
                 s.segs.last_mut().expect("active").map = map;
             }
@@ -884,13 +954,8 @@ impl Store {
     /// checkpoint's surface, derive cache and node locations are decoded
     /// only when something needs them ([`Store::materialise`]), or at once
     /// when events after it must be folded or closers appended.
-    fn load_session(
-        &self,
-        header: SessionHeader,
-        uid: [u8; 16],
-        repair: bool,
-    ) -> Result<(Session, Recovery)> {
-        self.load_session_with(header, uid, repair, true)
+    fn load_session(&self, entry: SessionEntry, repair: bool) -> Result<(Session, Recovery)> {
+        self.load_session_with(entry, repair, true)
     }
 
     /// [`Store::load_session`], ignoring the checkpoint unless
@@ -898,18 +963,19 @@ impl Store {
     /// restarts the load without it.
     fn load_session_with(
         &self,
-        header: SessionHeader,
-        uid: [u8; 16],
+        entry: SessionEntry,
         repair: bool,
         use_checkpoint: bool,
     ) -> Result<(Session, Recovery)> {
         let restart = |why: String| -> Result<(Session, Recovery)> {
-            let (s, mut rec) = self.load_session_with(header.clone(), uid, repair, false)?;
+            let (s, mut rec) = self.load_session_with(entry.clone(), repair, false)?;
             rec.rebuild_reason = Some(why);
             Ok((s, rec))
         };
-        let mut s = self.new_session(header.clone())?;
+        let uid = entry.uid;
+        let mut s = self.new_session(entry.header.clone())?;
         s.uid = uid;
+        s.dir = entry.dir.clone();
         s.unpublished = false;
         let vfs = &*self.inner.options.vfs;
         s.lineage = Lineage::read_with(vfs, &s.dir).map_err(|reason| Error::Corrupt {
@@ -1184,9 +1250,13 @@ impl Store {
         // one never appended anything after its checkpoint.
         let placeholder = self.new_session(s.header.clone())?;
         let old = std::mem::replace(s, placeholder);
-        let (header, uid) = (old.header.clone(), old.uid);
+        let entry = SessionEntry {
+            header: old.header.clone(),
+            uid: old.uid,
+            dir: old.dir.clone(),
+        };
         drop(old);
-        let (fresh, mut rec) = self.load_session_with(header, uid, true, false)?;
+        let (fresh, mut rec) = self.load_session_with(entry, true, false)?;
         rec.rebuild_reason = Some(why);
         *s = fresh;
         self.inner.recoveries.lock().expect("lock").insert(id, rec);
@@ -1402,14 +1472,15 @@ impl Store {
     ///
     /// The parent's sealed segments that lie wholly inside the seed are
     /// hard-linked, not copied (their owner is recorded in the child's
-    /// `LINEAGE`); only the rest of the seed is written again. The child
-    /// appears in the catalog only once it is complete and durable: a crash
-    /// before leaves an orphan directory that the next open removes.
+    /// `LINEAGE`); only the rest of the seed is written again. The child is
+    /// built in staging and published only once it is complete and durable:
+    /// a crash before leaves a staged directory that the next writable open
+    /// discards.
     pub fn fork(&self, source: &str, at: u64, child: SessionHeader) -> Result<()> {
         self.writable()?;
         let mut header = child;
         let id = header.id.clone();
-        if self.exists(&id)
+        if self.exists(&id)?
             || self
                 .inner
                 .pending
@@ -1419,7 +1490,7 @@ impl Store {
         {
             return Err(Error::Exists(id));
         }
-        let child_dir = self.session_dir(&id)?;
+        self.session_dir(&id)?; // a usable id
         let parent = self.session(source)?;
         let p = parent.lock().expect("session lock");
         let at = at.min(p.next_seq());
@@ -1464,49 +1535,132 @@ impl Store {
             rest.push(OwnedEvent::new("session/end-seed", at, time, "{}").expect("valid JSON"));
         }
 
+        // The child is built in staging and published whole: a crash before
+        // leaves a staged directory (discarded at the next open), never a
+        // partial child.
         let vfs = &*self.inner.options.vfs;
-        if vfs.exists(&child_dir) {
+        let prepare = |staged: &Path| -> Result<()> {
+            if !shared.is_empty() {
+                // The lineage must be durable before the links it vouches for.
+                Lineage::new(shared.iter().map(|(f, uid, _)| (*f, *uid)).collect())
+                    .write_with(vfs, staged)
+                    .map_err(io_at(staged))?;
+                for (first_seq, _, path) in &shared {
+                    let link = staged.join(segment::segment_file_name(*first_seq));
+                    vfs.hard_link(path, &link).map_err(io_at(&link))?;
+                }
+            }
+            Ok(())
+        };
+        self.build_and_publish(header, &rest, prepare, false)
+    }
+
+    /// Imports a whole session atomically: `events` (from seq 0) are folded
+    /// with every rule of the model and written into a staged directory,
+    /// synced, and then published in one rename; any failure leaves the
+    /// store as it was. A session with no events is stored as such (its
+    /// header only). With `replace`, an existing session of that id is
+    /// swapped for the new one in one atomic exchange once the new one is
+    /// durable (the old one stays in place until then); without it, an
+    /// existing id is [`Error::Exists`]. An unclosed last turn is stored as
+    /// it is: [`Store::repair`] closes it.
+    pub fn import(&self, header: SessionHeader, events: &[Event<'_>], replace: bool) -> Result<()> {
+        self.writable()?;
+        let id = header.id.clone();
+        self.session_dir(&id)?; // a usable id
+        if self
+            .inner
+            .pending
+            .lock()
+            .expect("pending lock")
+            .contains_key(&id)
+        {
             return Err(Error::Exists(id));
         }
-        vfs.create_dir(&child_dir).map_err(io_at(&child_dir))?;
-        if !shared.is_empty() {
-            // The lineage must be durable before the links it vouches for.
-            Lineage::new(shared.iter().map(|(f, uid, _)| (*f, *uid)).collect())
-                .write_with(vfs, &child_dir)
-                .map_err(io_at(&child_dir))?;
-            for (first_seq, _, path) in &shared {
-                let link = child_dir.join(segment::segment_file_name(*first_seq));
-                vfs.hard_link(path, &link).map_err(io_at(&link))?;
-            }
-            vfs.sync_dir(&child_dir).map_err(io_at(&child_dir))?;
+        let existing = self.entry(&id)?;
+        if existing.is_some() && !replace {
+            return Err(Error::Exists(id));
         }
+        self.build_and_publish(header, events, |_| Ok(()), existing.is_some())
+    }
+
+    /// Builds a new session in a staging directory (`prepare` puts files
+    /// there first, then `events` are appended with one sync at the end and
+    /// a checkpoint), then publishes it under its id, or swaps it in for the
+    /// stored session when `replace`. Any failure before the publish
+    /// discards the staged directory: nothing partial is ever visible.
+    fn build_and_publish(
+        &self,
+        header: SessionHeader,
+        events: &[Event<'_>],
+        prepare: impl FnOnce(&Path) -> Result<()>,
+        replace: bool,
+    ) -> Result<()> {
+        let id = header.id.clone();
         let uid = new_uid(&id);
-        let (mut c, _) = self.load_session(header.clone(), uid, false)?;
-        c.unpublished = false; // published below, once the whole seed is durable
-        let mut start = 0;
-        while start < rest.len() {
-            // Batches of bounded size, so none passes the record limit.
-            let mut end = start;
-            let mut bytes = 0;
-            while end < rest.len()
-                && (end == start || bytes < (self.inner.options.max_record as usize) / 4)
-            {
-                bytes += rest[end].data.get().len() + 64;
-                end += 1;
+        let registry = &self.inner.registry;
+        let staged = registry
+            .stage(&header, &uid)
+            .map_err(|(path, source)| Error::Io { path, source })?;
+        let built = (|| -> Result<Session> {
+            prepare(&staged)?;
+            let entry = SessionEntry {
+                header: header.clone(),
+                uid,
+                dir: staged.clone(),
+            };
+            let (mut c, _) = self.load_session(entry, false)?;
+            // One sync for the whole build, at the end: nothing is visible
+            // before the publish.
+            c.defer_sync = true;
+            for batch in split_batches(events, self.inner.options.max_record as usize / 4) {
+                self.append_locked(&mut c, batch)?;
             }
-            self.append_locked(&mut c, &rest[start..end])?;
-            start = end;
-        }
-        c.sync_now()?;
-        let sessions_dir = self.inner.dir.join(SESSIONS_DIR);
-        vfs.sync_dir(&child_dir).map_err(io_at(&child_dir))?;
-        vfs.sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))?;
+            c.defer_sync = false;
+            c.sync_now()?;
+            if c.since_checkpoint > 0 {
+                self.write_checkpoint(&mut c, true)?;
+            }
+            Ok(c)
+        })();
+        let mut c = match built {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = registry.discard(&staged);
+                return Err(e);
+            }
+        };
+        // The old session, if this process has it open, is dropped first:
+        // its files are about to go.
         self.inner
-            .catalog
-            .lock()
-            .expect("catalog lock")
-            .put(header, uid)
-            .map_err(|e| Error::Store(e.to_string()))?;
+            .sessions
+            .write()
+            .expect("sessions lock")
+            .remove(&id);
+        let published = if replace {
+            // A failure of the exchange leaves the old session in place; a
+            // failure after it (syncing, removing the old) leaves the new
+            // one: either way nothing is partial, and the staged path holds
+            // whichever is not live (discarded at the next open).
+            registry
+                .replace(&staged, &id)
+                .map_err(|(path, source)| (false, Error::Io { path, source }))
+        } else {
+            registry.publish(&staged, &id).map_err(|e| match e {
+                // Visible already: nothing to discard.
+                PublishError::Unsynced(..) => (false, publish_error(e, &id)),
+                e => (true, publish_error(e, &id)),
+            })
+        };
+        match published {
+            Ok(live) => c.move_to(live),
+            Err((discard, e)) => {
+                if discard {
+                    let _ = registry.discard(&staged);
+                }
+                return Err(e);
+            }
+        }
         self.inner
             .sessions
             .write()
@@ -1515,36 +1669,28 @@ impl Store {
         Ok(())
     }
 
-    /// Deletes a session: the catalog forgets it durably, then its files go.
+    /// Deletes a session: its directory is renamed away durably (from then
+    /// on the session does not exist, for every process), then removed.
     pub fn delete(&self, id: &str) -> Result<()> {
         self.writable()?;
-        if self
+        let was_pending = self
             .inner
             .pending
             .lock()
             .expect("pending lock")
             .remove(id)
-            .is_some()
-            && !self.exists(id)
-        {
-            self.inner.sessions.write().expect("lock").remove(id);
-            return Ok(());
-        }
-        if !self.exists(id) {
-            return Err(Error::NotFound(id.to_owned()));
-        }
+            .is_some();
+        let entry = self.entry(id)?;
         self.inner.sessions.write().expect("lock").remove(id);
-        self.inner
-            .catalog
-            .lock()
-            .expect("catalog lock")
-            .delete(id)
-            .map_err(|e| Error::Store(e.to_string()))?;
-        let dir = self.session_dir(id)?;
-        let vfs = &*self.inner.options.vfs;
-        vfs.remove_dir_all(&dir).map_err(io_at(&dir))?;
-        let sessions_dir = self.inner.dir.join(SESSIONS_DIR);
-        vfs.sync_dir(&sessions_dir).map_err(io_at(&sessions_dir))
+        match entry {
+            Some(entry) => self
+                .inner
+                .registry
+                .remove(&entry.dir, &entry.uid)
+                .map_err(|(path, source)| Error::Io { path, source }),
+            None if was_pending => Ok(()),
+            None => Err(Error::NotFound(id.to_owned())),
+        }
     }
 
     /// Verifies a session end to end: every segment is scanned record by
@@ -1798,6 +1944,19 @@ fn spawn_group_commit(sessions: Arc<Sessions>, window: std::time::Duration) -> G
 }
 
 impl Session {
+    /// The session's directory was renamed to `dir` (published): its files
+    /// are the same (open handles and maps follow the inode), their paths
+    /// are not.
+    fn move_to(&mut self, dir: PathBuf) {
+        for seg in &mut self.segs {
+            if let Some(name) = seg.path.file_name() {
+                seg.path = dir.join(name);
+            }
+        }
+        self.dir = dir;
+        self.staged = false;
+    }
+
     /// The identity segment `first_seq` of this session must carry (the
     /// owner's uid for a segment shared through a fork).
     fn ident(&self, store_id: [u8; 16], first_seq: u64) -> SegmentIdent {
@@ -1897,6 +2056,39 @@ impl Session {
             node_locs: self.node_locs.clone(),
         }
     }
+}
+
+/// The store error for a failed publish of session `id`.
+fn publish_error(e: PublishError, id: &str) -> Error {
+    match e {
+        PublishError::Exists => Error::Exists(id.to_owned()),
+        PublishError::Io(path, source) | PublishError::Unsynced(_, path, source) => {
+            Error::Io { path, source }
+        }
+    }
+}
+
+/// `events` cut into consecutive batches of about `max_bytes` (at least one
+/// event each), so that none passes the record limit.
+fn split_batches<'a, 'e>(
+    events: &'a [Event<'e>],
+    max_bytes: usize,
+) -> impl Iterator<Item = &'a [Event<'e>]> + 'a {
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        if start >= events.len() {
+            return None;
+        }
+        let mut end = start;
+        let mut bytes = 0;
+        while end < events.len() && (end == start || bytes < max_bytes) {
+            bytes += events[end].data.get().len() + events[end].kind.len() + 64;
+            end += 1;
+        }
+        let batch = &events[start..end];
+        start = end;
+        Some(batch)
+    })
 }
 
 /// Where `data`, decoded from `map`, lies in it: `None` when the decoder

@@ -178,13 +178,7 @@ pub fn import(
                                 path.display()
                             );
                         }
-                        let line = if !r.stored {
-                            format!(
-                                "skipped {}: 0 events ({} has no events; a session is stored from its first event)",
-                                r.id,
-                                path.display()
-                            )
-                        } else if r.left_open {
+                        let line = if r.left_open {
                             format!(
                                 "imported {}: {} events (last turn left open)",
                                 r.id, r.events
@@ -272,8 +266,12 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
     let store = open_read_only(dir)?;
     let ids = match (args.all, args.ids.is_empty()) {
         (true, true) => {
-            let mut ids: Vec<String> = store.list().into_iter().map(|h| h.id).collect();
-            ids.sort();
+            let ids: Vec<String> = store
+                .list()
+                .map_err(crate::cli::store_err)?
+                .into_iter()
+                .map(|h| h.id)
+                .collect();
             ids
         }
         (false, false) => args.ids.clone(),

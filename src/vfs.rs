@@ -1,5 +1,6 @@
 //! The file-system interface: every file operation of the engine (store,
-//! segments, catalog, manifest, checkpoints, lineage) goes through a [`Vfs`].
+//! segments, session headers, manifest, checkpoints, lineage) goes through
+//! a [`Vfs`].
 //!
 //! [`RealFs`] is the operating system's file system and the default of
 //! [`crate::store::Options`]. [`FaultFs`] wraps another backend for tests: it
@@ -69,6 +70,12 @@ pub struct Metadata {
     pub is_dir: bool,
     /// Last modification time, when known.
     pub modified: Option<SystemTime>,
+    /// The inode number: a directory renamed over or replaced at the same
+    /// path shows up as a new number.
+    pub ino: u64,
+    /// Bytes allocated on the device (`st_blocks * 512`): what the file
+    /// really costs, preallocated space included, holes excluded.
+    pub allocated: u64,
 }
 
 /// An open file. Positional I/O only; `Send + Sync` so a writer can move
@@ -159,6 +166,16 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     }
     /// Renames `from` over `to` (atomic replacement of the entry).
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Renames `from` to `to` only if nothing exists at `to`
+    /// (`renameat2(RENAME_NOREPLACE)`): fails with `AlreadyExists`
+    /// otherwise. Publishing a session directory this way makes two
+    /// concurrent creators of one id fail cleanly instead of one replacing
+    /// the other.
+    fn rename_noreplace(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Swaps the entries `a` and `b` atomically (`renameat2(RENAME_EXCHANGE)`);
+    /// both must exist. Replacing a session directory this way leaves, at
+    /// every instant, either the old or the new one in place.
+    fn exchange(&self, a: &Path, b: &Path) -> io::Result<()>;
     /// Removes a file.
     fn remove_file(&self, path: &Path) -> io::Result<()>;
     /// Removes a directory and everything below it.
@@ -258,11 +275,57 @@ fn reserve_space(_file: &File, _start: u64, _len: u64) -> io::Result<()> {
     Ok(())
 }
 
+#[derive(Clone, Copy)]
+enum RenameMode {
+    NoReplace,
+    Exchange,
+}
+
+#[cfg(target_os = "linux")]
+fn renameat2(from: &Path, to: &Path, mode: RenameMode) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))
+    };
+    let (from, to) = (c(from)?, c(to)?);
+    let flags = match mode {
+        RenameMode::NoReplace => libc::RENAME_NOREPLACE,
+        RenameMode::Exchange => libc::RENAME_EXCHANGE,
+    };
+    // SAFETY: both paths are NUL-terminated C strings that outlive the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            flags,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn renameat2(_from: &Path, _to: &Path, _mode: RenameMode) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "atomic no-replace and exchange renames need Linux (renameat2)",
+    ))
+}
+
 fn metadata_of(m: fs::Metadata) -> Metadata {
     Metadata {
         len: m.size(),
         is_dir: m.is_dir(),
         modified: m.modified().ok(),
+        ino: m.ino(),
+        allocated: m.blocks() * 512,
     }
 }
 
@@ -296,6 +359,12 @@ impl Vfs for RealFs {
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         fs::rename(from, to)
+    }
+    fn rename_noreplace(&self, from: &Path, to: &Path) -> io::Result<()> {
+        renameat2(from, to, RenameMode::NoReplace)
+    }
+    fn exchange(&self, a: &Path, b: &Path) -> io::Result<()> {
+        renameat2(a, b, RenameMode::Exchange)
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         fs::remove_file(path)
@@ -576,6 +645,14 @@ impl Vfs for FaultFs {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         check(self.op(|| format!("rename {} {}", from.display(), to.display())))?;
         self.inner.rename(from, to)
+    }
+    fn rename_noreplace(&self, from: &Path, to: &Path) -> io::Result<()> {
+        check(self.op(|| format!("rename_noreplace {} {}", from.display(), to.display())))?;
+        self.inner.rename_noreplace(from, to)
+    }
+    fn exchange(&self, a: &Path, b: &Path) -> io::Result<()> {
+        check(self.op(|| format!("exchange {} {}", a.display(), b.display())))?;
+        self.inner.exchange(a, b)
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         check(self.op(|| format!("remove_file {}", path.display())))?;

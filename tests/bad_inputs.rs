@@ -163,7 +163,7 @@ fn deep_array(depth: usize) -> String {
 // --- session ids -----------------------------------------------------------
 
 /// Creates session `id`, appends a turn, reopens, and checks: the log round
-/// trips, the catalog lists the exact id, and the session's directory is a
+/// trips, `list` shows the exact id, and the session's directory is a
 /// direct child of `<store>/sessions/` (nothing is created anywhere else).
 fn id_round_trip(dir: &Path, id: &str) -> Outcome {
     let root = dir.join("store");
@@ -177,7 +177,7 @@ fn id_round_trip(dir: &Path, id: &str) -> Outcome {
     let (header, log) = store.load(id).map_err(store_err)?;
     assert_eq!(header.id, id, "the header keeps the exact id");
     assert!(log == turn(), "the log round-trips");
-    assert!(store.list().iter().any(|h| h.id == id), "listed");
+    assert!(store.list().unwrap().iter().any(|h| h.id == id), "listed");
     store.verify(id).map_err(store_err)?;
     // The store root holds only its own files; the session directory is
     // one entry of sessions/, with a name free of '/', NUL and dots-only.
@@ -188,12 +188,14 @@ fn id_round_trip(dir: &Path, id: &str) -> Outcome {
     root_entries.sort();
     assert_eq!(
         root_entries,
-        ["CATALOG", "LOCK", "MANIFEST", "sessions"],
+        ["LOCK", "MANIFEST", "sessions"],
         "nothing outside sessions/"
     );
+    // (Names starting with '.' are the store's own staging and trash.)
     let sessions: Vec<PathBuf> = std::fs::read_dir(root.join("sessions"))
         .expect("read sessions/")
         .map(|e| e.expect("entry").path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
         .collect();
     assert_eq!(sessions.len(), 1, "one session directory");
     let name = sessions[0]
@@ -229,6 +231,7 @@ fn long_ids_distinct(dir: &Path) -> Outcome {
     let names: Vec<_> = std::fs::read_dir(dir.join("store/sessions"))
         .expect("sessions/")
         .map(|e| e.expect("entry").file_name())
+        .filter(|n| !n.to_string_lossy().starts_with('.'))
         .collect();
     assert_eq!(names.len(), 2, "two directories: {names:?}");
     assert!(store.load(&a).map_err(store_err)?.1 == turn());
@@ -365,12 +368,12 @@ fn len_max_sealed(dir: &Path) -> Outcome {
     reopen_and_load(&root).map(|(_, log)| format!("loaded {} events", log.len()))
 }
 
-/// The catalog's first record claims 2^32-1 bytes.
-fn len_max_catalog(dir: &Path) -> Outcome {
+/// The session's HEADER claims a header of 2^32-1 bytes.
+fn len_max_header(dir: &Path) -> Outcome {
     let store = store_with_turn(dir);
     store.close().map_err(store_err)?;
     let root = dir.join("store");
-    set_len_field(&root.join("CATALOG"), 16, u32::MAX);
+    set_len_field(&root.join("sessions/s/HEADER"), 28, u32::MAX);
     reopen_and_load(&root).map(|(_, log)| format!("loaded {} events", log.len()))
 }
 
@@ -762,8 +765,9 @@ fn manifest_version(dir: &Path, read_only: bool) -> Outcome {
     let root = dir.join("store");
     let path = root.join("MANIFEST");
     let mut m = std::fs::read(&path).expect("manifest");
-    // Version 1: a store written before the record codec packed data.
-    m[8..12].copy_from_slice(&1u32.to_le_bytes());
+    // Version 2: a store with a CATALOG file (before session directories
+    // carried their own HEADER).
+    m[8..12].copy_from_slice(&2u32.to_le_bytes());
     let crc = crc32(&m[..32]);
     m[32..36].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&path, m).expect("write");
@@ -880,9 +884,12 @@ fn rows() -> Vec<Row> {
             expect: Fails("Corrupt", &["is corrupt", "bad record followed by valid"]),
         },
         Row {
-            name: "catalog: a record's len = 2^32-1",
-            run: len_max_catalog,
-            expect: Fails("Store", &["record length 4294967295 exceeds the limit of"]),
+            name: "session HEADER: the header length = 2^32-1",
+            run: len_max_header,
+            expect: Fails(
+                "Corrupt",
+                &["HEADER", "header length 4294967295 does not match"],
+            ),
         },
         Row {
             name: "checkpoint: a section length = 2^32-1",
@@ -1190,21 +1197,22 @@ fn rows() -> Vec<Row> {
             expect: Fails("Store", &["Permission denied"]),
         },
         Row {
-            name: "store of format version 1 (older)",
+            name: "store of format version 2 (older)",
             run: manifest_version_rw,
             expect: Fails(
                 "Store",
                 &[
-                    "written by a build using store format version 1; this build reads only version 2",
+                    "written by a build using store format version 2; this build reads only version 3",
+                    "to migrate",
                 ],
             ),
         },
         Row {
-            name: "store of format version 1 (older, read-only)",
+            name: "store of format version 2 (older, read-only)",
             run: manifest_version_ro,
             expect: Fails(
                 "Store",
-                &["store format version 1; this build reads only version 2"],
+                &["store format version 2; this build reads only version 3"],
             ),
         },
         Row {

@@ -53,14 +53,7 @@ fn build(dir: &Path, events: &[OwnedEvent]) -> PathBuf {
         store.append("s", batch).unwrap();
     }
     store.close().unwrap();
-    let sessions = dir.join("sessions");
-    let session_dir = std::fs::read_dir(&sessions)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    session_dir.join(CHECKPOINT_FILE)
+    dir.join("sessions").join("s").join(CHECKPOINT_FILE)
 }
 
 /// Flips one byte in the middle of `section`, leaving its CRC stale.

@@ -655,6 +655,18 @@ fn a_failed_append_midway_leaves_no_half_imported_session() {
     );
     assert_eq!(ok(&store, &["ls"]), "");
     assert_eq!(sl(&store, &["cat", "big"]).code, 1);
-    let dirs = std::fs::read_dir(store.join("sessions")).unwrap().count();
-    assert_eq!(dirs, 0, "no session files are left");
+    // No session directory, and nothing left half-built in the staging area.
+    let entries = |p: &std::path::Path| std::fs::read_dir(p).unwrap().count();
+    let sessions = store.join("sessions");
+    assert_eq!(entries(&sessions), 2, "only .staging and .trash");
+    assert_eq!(
+        entries(&sessions.join(".staging")),
+        0,
+        "no session files are left"
+    );
+    assert_eq!(
+        entries(&sessions.join(".trash")),
+        0,
+        "no session files are left"
+    );
 }

@@ -52,7 +52,9 @@ struct Inode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Node {
     File(u64),
-    Dir,
+    /// A directory, by its id in `Model::dirs` (its identity follows it
+    /// through renames, like an inode).
+    Dir(u64),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -64,11 +66,14 @@ struct Dir {
 #[derive(Debug, Default)]
 struct Model {
     inodes: HashMap<u64, Inode>,
-    /// Directories by full path.
-    dirs: HashMap<PathBuf, Dir>,
+    /// Directories by id.
+    dirs: HashMap<u64, Dir>,
+    /// Live path of every directory, to find its id.
+    dir_paths: HashMap<PathBuf, u64>,
     /// Live path of every file, to find its inode.
     paths: HashMap<PathBuf, u64>,
     next_ino: u64,
+    next_dir: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -130,8 +135,45 @@ impl Inode {
 impl Model {
     fn new(root: &Path) -> Model {
         let mut m = Model::default();
-        m.dirs.insert(root.to_owned(), Dir::default());
+        m.new_dir(root);
         m
+    }
+
+    /// A new, empty directory whose live path is `path` (its entry in the
+    /// parent is the caller's to add).
+    fn new_dir(&mut self, path: &Path) -> u64 {
+        let id = self.next_dir;
+        self.next_dir += 1;
+        self.dirs.insert(id, Dir::default());
+        self.dir_paths.insert(path.to_owned(), id);
+        id
+    }
+
+    /// Moves every live path under `from` (itself included) to `to`.
+    fn rekey(&mut self, from: &Path, to: &Path) {
+        fn moved<T: Copy>(map: &mut HashMap<PathBuf, T>, from: &Path, to: &Path) {
+            let keys: Vec<PathBuf> = map
+                .keys()
+                .filter(|k| k.starts_with(from))
+                .cloned()
+                .collect();
+            let taken: Vec<(PathBuf, T)> = keys
+                .into_iter()
+                .map(|k| {
+                    let v = map.remove(&k).unwrap();
+                    (to.join(k.strip_prefix(from).unwrap()), v)
+                })
+                .collect();
+            map.extend(taken);
+        }
+        moved(&mut self.paths, from, to);
+        moved(&mut self.dir_paths, from, to);
+    }
+
+    /// Removes every live path under `path` (itself included).
+    fn forget(&mut self, path: &Path) {
+        self.paths.retain(|k, _| !k.starts_with(path));
+        self.dir_paths.retain(|k, _| !k.starts_with(path));
     }
 
     fn split(path: &Path) -> (PathBuf, OsString) {
@@ -143,33 +185,46 @@ impl Model {
 
     fn add_entry(&mut self, path: &Path, node: Node) {
         let (parent, name) = Self::split(path);
-        if let Some(d) = self.dirs.get_mut(&parent) {
+        if let Some(d) = self
+            .dir_paths
+            .get(&parent)
+            .and_then(|id| self.dirs.get_mut(id))
+        {
             d.current.insert(name, node);
         }
     }
 
     fn remove_entry(&mut self, path: &Path) -> Option<Node> {
         let (parent, name) = Self::split(path);
-        self.dirs.get_mut(&parent)?.current.remove(&name)
+        let id = self.dir_paths.get(&parent)?;
+        self.dirs.get_mut(id)?.current.remove(&name)
+    }
+
+    /// A rename of `from` (file or directory) to `to`, replacing what `to`
+    /// named.
+    fn renamed(&mut self, from: &Path, to: &Path) {
+        if let Some(node) = self.remove_entry(from) {
+            self.remove_entry(to);
+            self.forget(to);
+            self.add_entry(to, node);
+        }
+        self.rekey(from, to);
     }
 
     /// Writes the image of the model under `out` (which maps `root`).
-    fn materialise(&self, root: &Path, out: &Path, data: DataModel, keep_dirs: bool) {
-        let dir = &self.dirs[root];
+    fn materialise(&self, root: u64, out: &Path, data: DataModel, keep_dirs: bool) {
+        let dir = &self.dirs[&root];
         let entries = if keep_dirs {
             &dir.current
         } else {
             &dir.durable
         };
         for (name, node) in entries {
-            let src = root.join(name);
             let dst = out.join(name);
             match node {
-                Node::Dir => {
+                Node::Dir(id) => {
                     std::fs::create_dir(&dst).unwrap();
-                    if self.dirs.contains_key(&src) {
-                        self.materialise(&src, &dst, data, keep_dirs);
-                    }
+                    self.materialise(*id, &dst, data, keep_dirs);
                 }
                 Node::File(ino) => {
                     std::fs::write(&dst, self.inodes[ino].image(data)).unwrap();
@@ -211,14 +266,14 @@ impl CrashFs {
         let fs = CrashFs::new(root, crash_at);
         {
             let mut m = fs.model.lock().unwrap();
-            fn walk(m: &mut Model, dir: &Path) {
+            fn walk(m: &mut Model, dir: &Path) -> u64 {
                 let mut d = Dir::default();
                 for e in std::fs::read_dir(dir).unwrap() {
                     let e = e.unwrap();
                     let p = e.path();
                     if e.file_type().unwrap().is_dir() {
-                        d.current.insert(e.file_name(), Node::Dir);
-                        walk(m, &p);
+                        let id = walk(m, &p);
+                        d.current.insert(e.file_name(), Node::Dir(id));
                     } else {
                         let ino = m.next_ino;
                         m.next_ino += 1;
@@ -234,7 +289,12 @@ impl CrashFs {
                     }
                 }
                 d.durable = d.current.clone();
-                m.dirs.insert(dir.to_owned(), d);
+                let id = match m.dir_paths.get(dir) {
+                    Some(id) => *id,
+                    None => m.new_dir(dir),
+                };
+                m.dirs.insert(id, d);
+                id
             }
             walk(&mut m, root);
         }
@@ -261,7 +321,8 @@ impl CrashFs {
         for data in DATA_MODELS {
             for keep_dirs in [false, true] {
                 let dir = tempdir();
-                m.materialise(&self.root, dir.path(), data, keep_dirs);
+                let root = m.dir_paths[&self.root];
+                m.materialise(root, dir.path(), data, keep_dirs);
                 // Identical images are checked once.
                 let digest = tree_digest(dir.path());
                 if seen.insert(digest) {
@@ -411,13 +472,27 @@ impl Vfs for CrashFs {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.op()?;
         self.real.rename(from, to)?;
+        self.model.lock().unwrap().renamed(from, to);
+        Ok(())
+    }
+    fn rename_noreplace(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.op()?;
+        self.real.rename_noreplace(from, to)?;
+        self.model.lock().unwrap().renamed(from, to);
+        Ok(())
+    }
+    fn exchange(&self, a: &Path, b: &Path) -> io::Result<()> {
+        self.op()?;
+        self.real.exchange(a, b)?;
         let mut m = self.model.lock().unwrap();
-        if let Some(node) = m.remove_entry(from) {
-            m.add_entry(to, node);
-        }
-        if let Some(ino) = m.paths.remove(from) {
-            m.paths.insert(to.to_owned(), ino);
-        }
+        let na = m.remove_entry(a).expect("exchange: a exists");
+        let nb = m.remove_entry(b).expect("exchange: b exists");
+        m.add_entry(a, nb);
+        m.add_entry(b, na);
+        let swap = a.with_file_name(format!(".exchange-{}", std::process::id()));
+        m.rekey(a, &swap);
+        m.rekey(b, a);
+        m.rekey(&swap, b);
         Ok(())
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
@@ -434,33 +509,30 @@ impl Vfs for CrashFs {
         let mut m = self.model.lock().unwrap();
         m.remove_entry(path);
         // The directory's own entries were unlinked too (not durable until
-        // the directory is synced, which it never is again): keep its map
-        // so an image where the parent's entry survives shows the old
-        // durable contents.
-        let gone: Vec<PathBuf> = m
-            .paths
-            .keys()
-            .filter(|p| p.starts_with(path))
-            .cloned()
-            .collect();
-        for p in gone {
-            m.paths.remove(&p);
-        }
+        // the directory is synced, which it never is again): keep its
+        // entries so an image where the parent's entry survives shows the
+        // old durable contents.
+        m.forget(path);
         Ok(())
     }
     fn create_dir(&self, path: &Path) -> io::Result<()> {
         self.op()?;
         self.real.create_dir(path)?;
         let mut m = self.model.lock().unwrap();
-        m.add_entry(path, Node::Dir);
-        m.dirs.insert(path.to_owned(), Dir::default());
+        let id = m.new_dir(path);
+        m.add_entry(path, Node::Dir(id));
         Ok(())
     }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         self.op()?;
         self.real.sync_dir(path)?;
         let mut m = self.model.lock().unwrap();
-        if let Some(d) = m.dirs.get_mut(path) {
+        if let Some(d) = m
+            .dir_paths
+            .get(path)
+            .copied()
+            .and_then(|id| m.dirs.get_mut(&id))
+        {
             d.durable = d.current.clone();
         }
         Ok(())
@@ -595,7 +667,7 @@ fn second_crash(image: &Path, model: &SessionsModel, context: &str) -> (u64, u64
         let arc: Arc<dyn Vfs> = Arc::new(fs.clone());
         let _ = (|| -> sessionlog::store::Result<()> {
             let store = Store::open_with_vfs(live.path().join("store"), options(), arc)?;
-            for h in store.list() {
+            for h in store.list()? {
                 store.read_from(&h.id, 0)?;
             }
             store.close()

@@ -176,9 +176,11 @@ fn every_ok_fixture_imports_exports_and_round_trips() {
         let mut want = json_lines(&expected);
         normalise_header(&mut want[0]);
         if rep.events == 0 {
-            assert!(!rep.stored, "{name}: an empty session stores nothing");
+            // A header-only file is a session with no events: kept as such.
             assert_eq!(want.len(), 1, "{name}: expected only a header");
-            assert!(s1.list().is_empty());
+            let listed = s1.list().unwrap();
+            assert_eq!(listed.len(), 1, "{name}: the header-only session is listed");
+            assert!(s1.load(&rep.id).unwrap().1.is_empty());
             continue;
         }
         // Import, then export plain: the expected logical log, plus the
@@ -726,7 +728,7 @@ fn corruption_names_file_line_and_seq_and_changes_nothing() {
         assert!(err.to_string().contains(&format!("bad{i}.jsonl")), "{err}");
         assert_eq!(st.load("s").unwrap(), before, "case {i}");
     }
-    assert_eq!(st.list().len(), 1);
+    assert_eq!(st.list().unwrap().len(), 1);
 }
 
 /// More events than one import batch, then an unknown event type: a strict
@@ -748,7 +750,7 @@ fn a_failed_append_midway_leaves_no_half_session() {
         panic!("{err}")
     };
     assert_eq!((*line, *seq), (Some(5006), Some(5004)), "{err}");
-    assert!(st.list().is_empty());
+    assert!(st.list().unwrap().is_empty());
     assert!(st.load("m").is_err());
 
     // Replacing: the old session comes back.
@@ -767,13 +769,38 @@ fn a_failed_append_midway_leaves_no_half_session() {
 }
 
 #[test]
-fn empty_sessions_store_nothing() {
+fn header_only_sessions_are_stored_and_export_as_themselves() {
     let tmp = tempfile::tempdir().unwrap();
     let st = store(&tmp.path().join("s"));
     let p = write(tmp.path(), "e.jsonl", &file_of(&[]));
     let rep = import_file(&st, &p, ImportOptions::default()).unwrap();
-    assert!(!rep.stored && rep.events == 0);
-    assert!(st.list().is_empty());
-    // ...and can be imported again.
-    import_file(&st, &p, ImportOptions::default()).unwrap();
+    assert_eq!(rep.events, 0);
+    let listed = st.list().unwrap();
+    assert_eq!(listed.len(), 1, "a header-only file is a session");
+    let (header, events) = st.load(&rep.id).unwrap();
+    assert!(events.is_empty());
+    assert_eq!(header, listed[0]);
+    // Importing it again is refused like any existing session...
+    assert!(matches!(
+        import_file(&st, &p, ImportOptions::default()),
+        Err(ImportError::Exists { .. })
+    ));
+    // ...and replaces it with --replace.
+    let again = import_file(
+        &st,
+        &p,
+        ImportOptions {
+            replace: true,
+            ..ImportOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(again.replaced);
+    // The header-only session takes appends like any other.
+    let ev = sessionlog::event::Event::from_json(
+        r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#,
+    )
+    .unwrap();
+    st.append(&rep.id, &[ev]).unwrap();
+    assert_eq!(st.load(&rep.id).unwrap().1.len(), 1);
 }

@@ -114,7 +114,7 @@ fn reopen_model(model: &mut BTreeMap<String, Entry>) {
 }
 
 fn check(store: &Store, model: &BTreeMap<String, Entry>, deep: bool) -> Result<(), TestCaseError> {
-    let mut listed: Vec<String> = store.list().into_iter().map(|h| h.id).collect();
+    let mut listed: Vec<String> = store.list().unwrap().into_iter().map(|h| h.id).collect();
     listed.sort();
     let expected: Vec<String> = model
         .iter()

@@ -119,7 +119,7 @@ fn sigkill_child_appends_until_killed() {
     if k > 0 {
         // Recovery of the previous child's session, killed or not.
         let prev = session_id(k - 1);
-        if store.list().iter().any(|h| h.id == prev) {
+        if store.list().unwrap().iter().any(|h| h.id == prev) {
             store.load(&prev).expect("child: load the previous session");
             store
                 .verify(&prev)
@@ -247,7 +247,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_batch() {
 
     // Reopen and check every session against its stream.
     let store = Store::open(&dir, options()).expect("reopen after the last kill");
-    let listed: Vec<String> = store.list().into_iter().map(|h| h.id).collect();
+    let listed: Vec<String> = store.list().unwrap().into_iter().map(|h| h.id).collect();
     let mut lost = 0u64;
     let mut partial = 0u64;
     let mut events_checked = 0u64;

@@ -352,7 +352,7 @@ fn user_version_5_is_unsupported() {
         import_db(&store, &db, false),
         Err(SqliteError::UnsupportedSchema { found: 5, .. })
     ));
-    assert!(store.list().is_empty());
+    assert!(store.list().unwrap().is_empty());
 }
 
 #[test]
@@ -461,7 +461,7 @@ fn store_with_keep(dir: &Path) -> (Store, Vec<OwnedEvent>) {
 }
 
 fn assert_store_is(store: &Store, keep: &[OwnedEvent]) {
-    let ids: Vec<String> = store.list().into_iter().map(|h| h.id).collect();
+    let ids: Vec<String> = store.list().unwrap().into_iter().map(|h| h.id).collect();
     assert_eq!(ids, ["keep"]);
     let (header, events) = store.load("keep").unwrap();
     assert_eq!(header, SessionHeader::new("keep", 5));

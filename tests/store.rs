@@ -99,7 +99,7 @@ fn files_are_private() {
     }
     assert!(
         seen >= 7,
-        "store, LOCK, MANIFEST, CATALOG, sessions, s, segment, CHECKPOINT"
+        "store, LOCK, MANIFEST, sessions, s, HEADER, segment, CHECKPOINT"
     );
 }
 
@@ -109,13 +109,13 @@ fn append_close_reopen_and_repair_once() {
     let store = Store::open(dir.path(), small_opts()).unwrap();
     store.create(SessionHeader::new("s1", 7)).unwrap();
     assert!(
-        store.list().is_empty(),
+        store.list().unwrap().is_empty(),
         "a created session is absent until its first append"
     );
     let log = turn_log();
     store.append("s1", &log[..2]).unwrap();
     store.append("s1", &log[2..]).unwrap();
-    assert_eq!(store.list().len(), 1);
+    assert_eq!(store.list().unwrap().len(), 1);
     store.close().unwrap();
 
     let store = Store::open(dir.path(), small_opts()).unwrap();
@@ -157,7 +157,7 @@ fn bad_batches_are_rejected_whole_naming_seq_and_type() {
     let err = store.append("s", &[inf]).unwrap_err();
     assert!(err.to_string().contains("turn/start seq=0 [json]"), "{err}");
     assert!(
-        store.list().is_empty(),
+        store.list().unwrap().is_empty(),
         "nothing stored, not even the session"
     );
     store.append("s", &log[..2]).unwrap();
@@ -203,12 +203,12 @@ fn second_writer_is_locked_and_readers_see_a_consistent_view() {
 
 fn segment_path(store_dir: &Path) -> PathBuf {
     let sessions = store_dir.join("sessions");
+    // The one session directory (names starting with `.` are the store's).
     let dir = std::fs::read_dir(&sessions)
         .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+        .map(|e| e.unwrap().path())
+        .find(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .unwrap();
     dir.join("00000000000000000000.seg")
 }
 
@@ -364,13 +364,14 @@ fn fork_and_delete() {
     );
     assert_eq!(events.last().unwrap().kind, "session/end-seed");
     store.delete("p").unwrap();
-    assert_eq!(store.list().len(), 1);
+    assert_eq!(store.list().unwrap().len(), 1);
     assert!(matches!(store.load("p"), Err(Error::NotFound(_))));
     store.close().unwrap();
     let store = Store::open(dir.path(), small_opts()).unwrap();
     assert_eq!(
         store
             .list()
+            .unwrap()
             .iter()
             .map(|h| h.id.as_str())
             .collect::<Vec<_>>(),
@@ -602,10 +603,10 @@ fn appends_from_many_threads_to_many_sessions() {
         }
     });
     store.flush().unwrap();
-    assert_eq!(store.list().len(), 64);
+    assert_eq!(store.list().unwrap().len(), 64);
     drop(store);
     let store = Store::open(dir.path(), small_opts()).unwrap();
-    for h in store.list() {
+    for h in store.list().unwrap() {
         assert_eq!(store.load(&h.id).unwrap().1, log, "{}", h.id);
     }
 }
@@ -670,39 +671,93 @@ fn fork_hard_links_sealed_segments_and_survives_the_parent() {
 }
 
 #[test]
-fn a_fork_interrupted_before_its_catalog_record_leaves_no_session() {
+fn a_fork_interrupted_before_publish_leaves_no_session() {
     let dir = tempfile::tempdir().unwrap();
     {
         let store = store_with_session(dir.path(), small_opts(), "p");
         store.append("p", &turn_log()).unwrap();
     }
-    // What a crash mid-fork leaves: a directory the catalog does not name.
-    let orphan = dir.path().join("sessions").join("c");
-    std::fs::create_dir(&orphan).unwrap();
-    std::fs::write(orphan.join("00000000000000000000.seg"), b"partial").unwrap();
+    // What a crash mid-fork (or mid-import) leaves: a staged directory that
+    // was never published.
+    let staged = dir.path().join("sessions/.staging/0123");
+    std::fs::create_dir(&staged).unwrap();
+    std::fs::write(staged.join("00000000000000000000.seg"), b"partial").unwrap();
     let store = Store::open(dir.path(), small_opts()).unwrap();
-    assert!(!orphan.exists(), "the orphan directory is removed at open");
-    assert_eq!(store.list().len(), 1);
+    assert!(
+        !staged.exists(),
+        "the never-published build is discarded at open"
+    );
+    assert_eq!(store.list().unwrap().len(), 1);
     store.fork("p", 3, SessionHeader::new("c", 0)).unwrap();
     assert_eq!(store.load("c").unwrap().1.len(), 4);
 }
 
+/// Damage to a session's metadata never makes it disappear silently: the
+/// directory is kept (a writable open deletes nothing it cannot account
+/// for) and reported, and reading the session names the file. Before, a
+/// byte cut off the last CATALOG record hid its sessions from `verify` and
+/// the next writable open deleted their directories as orphans.
 #[test]
-fn an_empty_catalog_beside_sessions_is_refused_not_recreated() {
+fn damaged_session_metadata_is_reported_and_kept_never_deleted() {
     let dir = tempfile::tempdir().unwrap();
     write_closed_store(dir.path(), &turn_log());
-    std::fs::write(dir.path().join("CATALOG"), b"").unwrap();
-    for _ in 0..2 {
-        let err = match Store::open(dir.path(), small_opts()) {
-            Err(e) => e.to_string(),
-            Ok(_) => panic!("an empty catalog beside a session must be refused"),
-        };
-        assert!(err.contains("refusing to recreate"), "{err}");
+    let session = dir.path().join("sessions/s");
+    let header = session.join("HEADER");
+    let good = std::fs::read(&header).unwrap();
+    let cases: Vec<(&str, Option<Vec<u8>>)> = vec![
+        ("cut", Some(good[..good.len() - 1].to_vec())),
+        (
+            "flipped",
+            Some({
+                let mut b = good.clone();
+                let n = b.len();
+                b[n - 3] ^= 1;
+                b
+            }),
+        ),
+        ("empty", Some(Vec::new())),
+        ("missing", None),
+    ];
+    for (what, bytes) in cases {
+        match &bytes {
+            Some(b) => std::fs::write(&header, b).unwrap(),
+            None => std::fs::remove_file(&header).unwrap(),
+        }
+        for _ in 0..2 {
+            let store = Store::open(dir.path(), small_opts()).unwrap();
+            assert!(store.list().unwrap().is_empty(), "{what}");
+            let unaccounted = store.unaccounted().unwrap();
+            assert_eq!(unaccounted.len(), 1, "{what}");
+            assert_eq!(unaccounted[0].path, session, "{what}");
+            assert!(
+                unaccounted[0].reason.contains("HEADER"),
+                "{what}: {}",
+                unaccounted[0].reason
+            );
+            let err = store.load("s").unwrap_err();
+            assert!(matches!(err, Error::Corrupt { .. }), "{what}: {err}");
+            assert!(err.to_string().contains("HEADER"), "{what}: {err}");
+            // Nothing can be created over it either.
+            assert!(store.create(SessionHeader::new("s", 0)).is_err(), "{what}");
+            store.close().unwrap();
+            assert!(
+                session.join("00000000000000000000.seg").is_file(),
+                "{what}: kept"
+            );
+        }
+        std::fs::write(&header, &good).unwrap();
+        let store = Store::open(dir.path(), small_opts()).unwrap();
+        let log = turn_log();
+        let loaded = store.load("s").unwrap().1;
+        assert_eq!(&loaded[..log.len()], &log[..], "{what}: restored");
     }
-    assert!(
-        dir.path().join("sessions/s").is_dir(),
-        "the session directory is kept"
-    );
+    // A directory someone else put there is reported and kept too.
+    std::fs::create_dir(dir.path().join("sessions/notes")).unwrap();
+    let store = Store::open(dir.path(), small_opts()).unwrap();
+    assert_eq!(store.list().unwrap().len(), 1);
+    assert_eq!(store.unaccounted().unwrap().len(), 1);
+    drop(store);
+    assert!(dir.path().join("sessions/notes").is_dir());
 }
 
 #[test]

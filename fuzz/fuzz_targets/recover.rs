@@ -1,6 +1,7 @@
 //! `recover`: arbitrary bytes written into a real store directory (as the
 //! tail of a session's last segment, a whole segment, a patch inside one, a
-//! truncation, the checkpoint, the catalog, the manifest or the lineage),
+//! truncation, the checkpoint, the session HEADER, the manifest or the
+//! lineage),
 //! then `Store::open` + `load`.
 //!
 //! Properties, for every input:
@@ -51,7 +52,7 @@ struct Template {
     /// First seq of each batch in the active segment, and its frame offset.
     active_batches: Vec<(u64, u64)>,
     checkpoint: usize,
-    catalog: usize,
+    header: usize,
     manifest: usize,
     session_dir: PathBuf,
     image_len: usize,
@@ -142,7 +143,7 @@ fn template() -> &'static Template {
                 .unwrap_or_else(|| panic!("template has no {name}"))
         };
         let checkpoint = find(checkpoint::CHECKPOINT_FILE);
-        let catalog = find("CATALOG");
+        let header = find("HEADER");
         let manifest = find("MANIFEST");
         let segments: Vec<usize> = (0..files.len())
             .filter(|&i| files[i].0.extension().is_some_and(|e| e == "seg"))
@@ -183,7 +184,7 @@ fn template() -> &'static Template {
             seg_info,
             active_batches,
             checkpoint,
-            catalog,
+            header,
             manifest,
             session_dir,
             image_len,
@@ -208,9 +209,9 @@ fn write_seeds(t: &Template, dir: &Path) {
         (2, 0, 0, sealed.clone()),
         (3, 0, 70, vec![0xff; 4]),
         (4, 0, 0, ckpt.clone()),
-        (5, 0, 0, t.files[t.catalog].1.clone()),
+        (5, 0, 0, t.files[t.header].1.clone()),
         (6, 0, 0, vec![5, 0, 0, 0, 1, 2, 3, 4, 0]),
-        (7, 0, 0, vec![1, 1, b's', 0]),
+        (7, 0, 0, br#"{"type":"session","id":"s","createdAt":1}"#.to_vec()),
         (8, 0, 0, t.files[t.manifest].1.clone()),
         (9, 1, 200, Vec::new()),
         (10, 0, 0, b"SLOGLINE".to_vec()),
@@ -260,14 +261,18 @@ fn with_crcs(t: &Template, body: &[u8]) -> Vec<u8> {
     checkpoint::frame(parts)
 }
 
-fn catalog_frame(payload: &[u8]) -> Vec<u8> {
-    let len = (payload.len() as u32).to_le_bytes();
+/// A checksum-valid session HEADER (format-spec.md) holding `json`, with
+/// the real header's session uid.
+fn header_file(real: &[u8], json: &[u8]) -> Vec<u8> {
+    let mut out = b"SLOGHEAD".to_vec();
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&real[12..28]);
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
     let mut h = crc32fast::Hasher::new();
-    h.update(&len);
-    h.update(payload);
-    let mut out = len.to_vec();
+    h.update(&out);
+    h.update(json);
     out.extend_from_slice(&h.finalize().to_le_bytes());
-    out.extend_from_slice(payload);
+    out.extend_from_slice(json);
     out
 }
 
@@ -322,14 +327,11 @@ fn damage(t: &Template, data: &[u8]) -> (Vec<(PathBuf, Vec<u8>)>, Expect) {
             bytes[at..end].copy_from_slice(payload);
         }
         4 => files[t.checkpoint].1 = payload.to_vec(),
-        5 => files[t.catalog].1 = payload.to_vec(),
-        // Garbage after the catalog's records (a torn or damaged append).
-        6 => files[t.catalog].1.extend_from_slice(payload),
-        // A checksum-valid catalog record with an arbitrary payload.
-        7 => {
-            let frame = catalog_frame(payload);
-            files[t.catalog].1.extend_from_slice(&frame);
-        }
+        5 => files[t.header].1 = payload.to_vec(),
+        // Garbage after the HEADER's JSON.
+        6 => files[t.header].1.extend_from_slice(payload),
+        // A checksum-valid HEADER with arbitrary JSON.
+        7 => files[t.header].1 = header_file(&t.files[t.header].1, payload),
         8 => files[t.manifest].1 = payload.to_vec(),
         // A segment truncated (a crash image of a shorter file).
         9 => {

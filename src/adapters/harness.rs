@@ -893,9 +893,6 @@ pub struct ImportReport {
     pub zstd: bool,
     /// Events read from the file (packed rows expanded) and stored.
     pub events: u64,
-    /// Whether anything was stored: a file with no events stores nothing
-    /// (the store keeps a session from its first event on).
-    pub stored: bool,
     /// Whether a stored session with the same id was replaced.
     pub replaced: bool,
     /// The torn last line that was dropped, if any.
@@ -964,19 +961,6 @@ pub enum ImportError {
         /// The store's error.
         source: Box<store::Error>,
     },
-    /// Replacing failed and the replaced session could not be restored
-    /// either: it is gone from the store.
-    #[error("{}: replacing session {id:?} failed ({error}) and restoring the old session failed too: {restore}", path.display())]
-    ReplaceLost {
-        /// The file.
-        path: PathBuf,
-        /// The id.
-        id: String,
-        /// Why the import failed.
-        error: Box<ImportError>,
-        /// Why the restore failed.
-        restore: Box<store::Error>,
-    },
 }
 
 /// The seq range a line holds: `(first, count)`.
@@ -1019,26 +1003,6 @@ fn locate(text: &[u8], v: &Violation) -> (Option<u64>, Option<u64>) {
             (None, Some(s))
         }
     }
-}
-
-/// Events per append when importing, and a bound on their estimated size
-/// (well under the store's record limit).
-const IMPORT_BATCH_EVENTS: usize = 4096;
-const IMPORT_BATCH_BYTES: usize = 16 << 20;
-
-fn append_batches(store: &Store, id: &str, events: &[Event<'_>]) -> store::Result<()> {
-    let mut start = 0;
-    let mut size = 0;
-    for (i, e) in events.iter().enumerate() {
-        let estimate = e.kind.len() + e.data.get().len() + 64;
-        if i > start && (i - start >= IMPORT_BATCH_EVENTS || size + estimate > IMPORT_BATCH_BYTES) {
-            store.append(id, &events[start..i])?;
-            start = i;
-            size = 0;
-        }
-        size += estimate;
-    }
-    store.append(id, &events[start..])
 }
 
 /// Whether a file is a Zstandard log: by its extension (`.zstd`, `.zst`),
@@ -1103,99 +1067,40 @@ pub fn import_file(
         },
     };
 
-    // Declare the session, setting aside the one it replaces.
-    let mut old: Option<(SessionHeader, Vec<OwnedEvent>)> = None;
-    let mut replaced = false;
-    match store.create(header.clone()) {
-        Ok(()) => {}
-        Err(store::Error::Exists(_)) if opts.replace => {
-            // A stored session that no longer loads cannot be restored:
-            // replacing it is what was asked.
-            old = store.load(&id).ok();
-            store.delete(&id).map_err(store_err)?;
-            replaced = true;
-            if let Err(e) = store.create(header.clone()) {
-                return Err(put_back(store, path, &id, old, store_err(e)));
-            }
-        }
-        Err(store::Error::Exists(_)) => {
-            return Err(ImportError::Exists {
-                path: path.to_owned(),
-                id,
-            });
-        }
-        Err(e) => return Err(store_err(e)),
+    // The store publishes the session whole, or swaps it in for the old
+    // one whole: a failure (or a crash) leaves the store as it was.
+    let replaced = store.exists(&id).map_err(store_err)?;
+    if replaced && !opts.replace {
+        return Err(ImportError::Exists {
+            path: path.to_owned(),
+            id,
+        });
     }
-    let mut report = ImportReport {
+    store
+        .import(header, &session.events, opts.replace)
+        .map_err(|e| match e {
+            store::Error::Exists(_) => ImportError::Exists {
+                path: path.to_owned(),
+                id: id.clone(),
+            },
+            e => store_err(e),
+        })?;
+    let closers = if open && opts.repair {
+        store.repair(&id).map_err(store_err)?
+    } else {
+        Vec::new()
+    };
+    Ok(ImportReport {
         path: path.to_owned(),
         id: id.clone(),
         zstd,
         events: session.events.len() as u64,
-        stored: !session.events.is_empty(),
         replaced,
         torn: session.torn.clone(),
         torn_frame,
-        closers: Vec::new(),
-        left_open: false,
-    };
-    if session.events.is_empty() {
-        // Nothing to store; leave no declared-but-empty session behind.
-        let _ = store.delete(&id);
-        return Ok(report);
-    }
-    let stored = append_batches(store, &id, &session.events).and_then(|()| {
-        if open && opts.repair {
-            store.repair(&id)
-        } else {
-            Ok(Vec::new())
-        }
-    });
-    match stored {
-        Ok(closers) => {
-            report.left_open = open && !opts.repair;
-            report.closers = closers;
-            Ok(report)
-        }
-        Err(e) => {
-            // Leave no half-imported session behind.
-            let _ = store.delete(&id);
-            Err(put_back(store, path, &id, old, store_err(e)))
-        }
-    }
-}
-
-/// After a failed import: puts the replaced session back, if there was one,
-/// and gives the error to report.
-fn put_back(
-    store: &Store,
-    path: &Path,
-    id: &str,
-    old: Option<(SessionHeader, Vec<OwnedEvent>)>,
-    error: ImportError,
-) -> ImportError {
-    let Some((header, events)) = old else {
-        return error;
-    };
-    let _ = store.delete(id);
-    let restored = store.create(header).and_then(|()| {
-        if events.is_empty() {
-            Ok(())
-        } else {
-            append_batches(store, id, &events)
-        }
-    });
-    match restored {
-        Ok(()) => error,
-        Err(restore) => {
-            let _ = store.delete(id);
-            ImportError::ReplaceLost {
-                path: path.to_owned(),
-                id: id.to_owned(),
-                error: Box::new(error),
-                restore: Box::new(restore),
-            }
-        }
-    }
+        closers,
+        left_open: open && !opts.repair,
+    })
 }
 
 /// How [`export_session`] writes.

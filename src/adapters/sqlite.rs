@@ -587,19 +587,15 @@ fn envelope_line(
     Ok(())
 }
 
-/// Events appended per store batch, at most (and about this many bytes).
-const BATCH_EVENTS: usize = 4096;
-const BATCH_BYTES: usize = 4 << 20;
-
 /// Imports every session of a schema 4 database into `store`.
 ///
 /// The whole database is read and checked first ([`read_db`]), so an
 /// invalid row leaves the store unchanged. An id already in the store is an
-/// error (before anything is written) unless `replace`, which deletes the
-/// stored session first. Each session is created and appended in batches;
-/// if an append fails the half-imported session is deleted. Then the
-/// session is repaired like after a crash: an unclosed last turn gets its
-/// closers.
+/// error (before anything is written) unless `replace`. Each session is
+/// published whole with [`Store::import`] (with `replace`, swapped in for
+/// the stored one only once it is durable), so a failure or a crash never
+/// leaves a partial session. Then the session is repaired like after a
+/// crash: an unclosed last turn gets its closers.
 pub fn import_db(
     store: &Store,
     path: impl AsRef<Path>,
@@ -607,7 +603,16 @@ pub fn import_db(
 ) -> Result<ImportReport, SqliteError> {
     let path = path.as_ref();
     let sessions = read_db(path)?;
-    let existing: HashSet<String> = store.list().into_iter().map(|h| h.id).collect();
+    let existing: HashSet<String> = store
+        .list()
+        .map_err(|source| SqliteError::Store {
+            path: path.to_owned(),
+            session: String::new(),
+            source: Box::new(source),
+        })?
+        .into_iter()
+        .map(|h| h.id)
+        .collect();
     if !replace && let Some(s) = sessions.iter().find(|s| existing.contains(&s.header.id)) {
         return Err(SqliteError::ExistsInStore {
             path: path.to_owned(),
@@ -626,24 +631,12 @@ pub fn import_db(
             source: Box::new(source),
         };
         let replaced = existing.contains(&id);
-        if replace {
-            match store.delete(&id) {
-                Ok(()) | Err(store::Error::NotFound(_)) => {}
-                Err(e) => return Err(store_err(e)),
-            }
-        }
-        store.create(session.header).map_err(store_err)?;
         let n = session.events.len() as u64;
-        let imported = append_batches(store, &id, &session.events).and_then(|()| store.repair(&id));
-        let closers = match imported {
-            Ok(closers) => closers,
-            Err(e) => {
-                // Leave the store as it was for this session. Deleting may
-                // fail too; the append error is the one to report.
-                let _ = store.delete(&id);
-                return Err(store_err(e));
-            }
-        };
+        // Each session is published whole (or replaces the old one whole).
+        store
+            .import(session.header, &session.events, replace)
+            .map_err(store_err)?;
+        let closers = store.repair(&id).map_err(store_err)?;
         report.sessions.push(ImportedSession {
             closers: closers.iter().filter(|e| e.seq >= n).count() as u64,
             id,
@@ -652,24 +645,6 @@ pub fn import_db(
         });
     }
     Ok(report)
-}
-
-fn append_batches(store: &Store, id: &str, events: &[OwnedEvent]) -> store::Result<()> {
-    let mut start = 0;
-    while start < events.len() {
-        let mut end = start;
-        let mut bytes = 0;
-        while end < events.len()
-            && end - start < BATCH_EVENTS
-            && (end == start || bytes < BATCH_BYTES)
-        {
-            bytes += events[end].data.get().len() + events[end].kind.len() + 64;
-            end += 1;
-        }
-        store.append(id, &events[start..end])?;
-        start = end;
-    }
-    Ok(())
 }
 
 /// Exports sessions of `store` to a schema 4 database at `path`.

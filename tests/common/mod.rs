@@ -1,6 +1,7 @@
 //! The scripted workload shared by the fault-injection and crash-point
 //! tests: two sessions, batches of several sizes, segment rollovers, a
-//! checkpoint, an open last turn, a fork, a delete, a close; the model of
+//! checkpoint, an open last turn, a fork, an import and an import that
+//! replaces it, a delete, a close; the model of
 //! what each session must hold afterwards, and the check of a reopened store
 //! against that model. Also the discovery of the harness fixtures, for the
 //! tests that read them.
@@ -86,6 +87,9 @@ pub struct SessionModel {
     pub deleted: bool,
     /// Deletion attempted and failed: present (whole) or absent.
     pub delete_failed: bool,
+    /// A replacement (`import --replace`) in flight: the session may hold
+    /// this log instead, whole.
+    pub replaced_by: Option<Vec<OwnedEvent>>,
 }
 
 #[derive(Debug, Default)]
@@ -206,6 +210,32 @@ pub fn workload(dir: &Path, fs: &Arc<dyn Vfs>, model: &mut Model, retry: bool) -
         at + 1
     ));
     append("c", &[next], model)?;
+    // Import d whole, then replace it whole: after a crash, no session, the
+    // first, or the second, never a mix or a part.
+    let log_d = turn_log(5, "d");
+    let log_d2 = turn_log(7, "d2");
+    model.sessions.insert(
+        "d".into(),
+        SessionModel {
+            in_flight: Some(log_d.clone()),
+            may_be_absent: true,
+            ..SessionModel::default()
+        },
+    );
+    store
+        .import(SessionHeader::new("d", 0), &log_d, false)
+        .map_err(Stop::Failed)?;
+    let d = model.sessions.get_mut("d").unwrap();
+    d.acked = log_d;
+    d.in_flight = None;
+    d.may_be_absent = false;
+    d.replaced_by = Some(log_d2.clone());
+    store
+        .import(SessionHeader::new("d", 1), &log_d2, true)
+        .map_err(Stop::Failed)?;
+    let d = model.sessions.get_mut("d").unwrap();
+    d.acked = log_d2;
+    d.replaced_by = None;
     // Delete b.
     match store.delete("b") {
         Ok(()) => model.sessions.get_mut("b").unwrap().deleted = true,
@@ -221,7 +251,7 @@ pub fn workload(dir: &Path, fs: &Arc<dyn Vfs>, model: &mut Model, retry: bool) -
 /// The ids a reopened `store` lists, after checking that each one is a
 /// session the workload made.
 pub fn listed_sessions(store: &Store, model: &Model, context: &str) -> Vec<String> {
-    let listed: Vec<String> = store.list().into_iter().map(|h| h.id).collect();
+    let listed: Vec<String> = store.list().unwrap().into_iter().map(|h| h.id).collect();
     for id in &listed {
         assert!(
             model.sessions.contains_key(id),
@@ -264,6 +294,7 @@ pub fn check_session(
         .read_from(id, 0)
         .unwrap_or_else(|e| panic!("{context}: reading {id}: {e}"));
     let mut candidates = vec![m.acked.clone()];
+    candidates.extend(m.replaced_by.clone());
     if let Some(x) = &m.in_flight {
         let mut with = m.acked.clone();
         with.extend_from_slice(x);

@@ -1,0 +1,456 @@
+//! The sessions directory: which sessions exist, and the atomic changes of
+//! that set (create, import, replace, fork, delete).
+//!
+//! A session exists if and only if `sessions/<encoded id>/` exists and holds
+//! a valid `HEADER` naming that id. There is no catalog: nothing outside a
+//! session's own directory can make it disappear, and every change of the
+//! set is one `rename` of a whole directory, so it is atomic for every
+//! process and after a crash:
+//!
+//! * a new session (first append, import, fork) is built in
+//!   `sessions/.staging/<uid>/` and published with
+//!   `renameat2(RENAME_NOREPLACE)`: two creators of one id cannot both win;
+//! * `--replace` swaps the staged directory with the live one
+//!   (`RENAME_EXCHANGE`): the old session stays in place until the new one is
+//!   complete and durable;
+//! * a deleted (or replaced) session's directory is renamed into
+//!   `sessions/.trash/` first, then removed.
+//!
+//! Names starting with `.` are the registry's own: an encoded session id
+//! never starts with one ([`encode_session_dir_name`]). Any other entry that
+//! is not a session (no `HEADER`, a damaged one, or one naming another id)
+//! is *unaccounted*: reported by [`Registry::scan`], never deleted.
+
+use crate::fsutil::{self, encode_session_dir_name};
+use crate::header::SessionHeader;
+use crate::vfs::Vfs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The directory of session directories, inside the store directory.
+pub(crate) const SESSIONS_DIR: &str = "sessions";
+/// Sessions being built, not yet published.
+pub(crate) const STAGING_DIR: &str = ".staging";
+/// Sessions deleted or replaced, being removed.
+pub(crate) const TRASH_DIR: &str = ".trash";
+/// The file that makes a directory a session.
+pub(crate) const HEADER_FILE: &str = "HEADER";
+
+/// `HEADER` magic.
+pub(crate) const HEADER_MAGIC: [u8; 8] = *b"SLOGHEAD";
+/// `HEADER` format version.
+pub(crate) const HEADER_VERSION: u32 = 1;
+/// Fixed part of a `HEADER`: magic, version, uid, length, CRC.
+const HEADER_FIXED: usize = 8 + 4 + 16 + 4 + 4;
+/// The largest header JSON accepted (a header is a few hundred bytes).
+const MAX_HEADER_JSON: usize = 1 << 20;
+
+/// A session's identity as its directory records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SessionEntry {
+    /// The harness header.
+    pub header: SessionHeader,
+    /// Distinct per creation: salts the session's segments.
+    pub uid: [u8; 16],
+    /// The live directory.
+    pub dir: PathBuf,
+}
+
+/// An entry of `sessions/` that is not a readable session: kept, reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unaccounted {
+    /// The directory (or file).
+    pub path: PathBuf,
+    /// Why it is not a session.
+    pub reason: String,
+}
+
+/// Encodes a `HEADER` file:
+///
+/// | offset | size | field |
+/// | --- | --- | --- |
+/// | 0 | 8 | magic `SLOGHEAD` |
+/// | 8 | 4 | version, u32 = 1 |
+/// | 12 | 16 | session uid |
+/// | 28 | 4 | `n`: length of the header JSON, u32 |
+/// | 32 | 4 | CRC-32 of bytes 0..32 and the JSON |
+/// | 36 | `n` | the harness's header line (JSON, no newline) |
+pub(crate) fn encode_header(header: &SessionHeader, uid: &[u8; 16]) -> Vec<u8> {
+    let json = header.to_json();
+    let mut b = Vec::with_capacity(HEADER_FIXED + json.len());
+    b.extend_from_slice(&HEADER_MAGIC);
+    b.extend_from_slice(&HEADER_VERSION.to_le_bytes());
+    b.extend_from_slice(uid);
+    b.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&b);
+    crc.update(json.as_bytes());
+    b.extend_from_slice(&crc.finalize().to_le_bytes());
+    b.extend_from_slice(json.as_bytes());
+    b
+}
+
+/// Decodes a `HEADER` file; the error says what is wrong.
+pub(crate) fn decode_header(bytes: &[u8]) -> Result<(SessionHeader, [u8; 16]), String> {
+    if bytes.len() < HEADER_FIXED {
+        return Err(format!(
+            "{} bytes, shorter than the {HEADER_FIXED}-byte fixed part",
+            bytes.len()
+        ));
+    }
+    if bytes[0..8] != HEADER_MAGIC {
+        return Err("bad magic (not a session HEADER)".into());
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if version != HEADER_VERSION {
+        return Err(format!(
+            "HEADER format version {version}; this build reads only version {HEADER_VERSION}"
+        ));
+    }
+    let n = u32::from_le_bytes(bytes[28..32].try_into().expect("4 bytes")) as usize;
+    if n > MAX_HEADER_JSON || bytes.len() != HEADER_FIXED + n {
+        return Err(format!(
+            "header length {n} does not match the file's {} bytes",
+            bytes.len()
+        ));
+    }
+    let stored = u32::from_le_bytes(bytes[32..36].try_into().expect("4 bytes"));
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&bytes[0..32]);
+    crc.update(&bytes[HEADER_FIXED..]);
+    if crc.finalize() != stored {
+        return Err("checksum mismatch".into());
+    }
+    let json = std::str::from_utf8(&bytes[HEADER_FIXED..])
+        .map_err(|_| "the header is not UTF-8".to_string())?;
+    let parsed = SessionHeader::from_json(json).map_err(|v| format!("bad header JSON: {v}"))?;
+    let uid = bytes[12..28].try_into().expect("16 bytes");
+    Ok((parsed.header, uid))
+}
+
+/// Why a session could not be looked up.
+#[derive(Debug)]
+pub(crate) enum LookupError {
+    /// The directory exists but is not a readable session.
+    Unaccounted(Unaccounted),
+    /// The file system failed.
+    Io(PathBuf, io::Error),
+}
+
+/// Why publishing failed.
+#[derive(Debug)]
+pub(crate) enum PublishError {
+    /// A session with that id exists (or appeared meanwhile).
+    Exists,
+    /// The file system failed before the rename: nothing is visible.
+    Io(PathBuf, io::Error),
+    /// The rename happened but syncing it failed: the session is visible
+    /// now and may or may not survive a crash (a failed fsync).
+    Unsynced(PathBuf, PathBuf, io::Error),
+}
+
+/// The sessions directory of one store.
+#[derive(Debug, Clone)]
+pub(crate) struct Registry {
+    vfs: Arc<dyn Vfs>,
+    sessions: PathBuf,
+    staging: PathBuf,
+    trash: PathBuf,
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> (PathBuf, io::Error) + '_ {
+    move |e| (path.to_owned(), e)
+}
+
+impl Registry {
+    /// The registry of the store in `store_dir`. Writable: creates the
+    /// directories it needs (durably) and finishes removals a crash
+    /// interrupted (`.trash`). Read-only: touches nothing.
+    pub(crate) fn open(
+        vfs: Arc<dyn Vfs>,
+        store_dir: &Path,
+        writable: bool,
+    ) -> Result<Registry, (PathBuf, io::Error)> {
+        let sessions = store_dir.join(SESSIONS_DIR);
+        let r = Registry {
+            staging: sessions.join(STAGING_DIR),
+            trash: sessions.join(TRASH_DIR),
+            sessions,
+            vfs,
+        };
+        if writable {
+            r.ensure_dir(&r.sessions, store_dir)?;
+            r.ensure_dir(&r.staging, &r.sessions)?;
+            r.ensure_dir(&r.trash, &r.sessions)?;
+            r.empty_trash()?;
+        }
+        Ok(r)
+    }
+
+    fn ensure_dir(&self, dir: &Path, parent: &Path) -> Result<(), (PathBuf, io::Error)> {
+        if self.vfs.exists(dir) {
+            return Ok(());
+        }
+        match self.vfs.create_dir(dir) {
+            Ok(()) => {}
+            // Another process created it meanwhile.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+            Err(e) => return Err((dir.to_owned(), e)),
+        }
+        self.vfs.sync_dir(parent).map_err(io_at(parent))
+    }
+
+    /// Removes what `.trash` holds: sessions whose delete or replacement was
+    /// durable (their rename into the trash was synced), so nothing there
+    /// is unaccounted for.
+    fn empty_trash(&self) -> Result<(), (PathBuf, io::Error)> {
+        let names = self.vfs.read_dir(&self.trash).map_err(io_at(&self.trash))?;
+        for name in &names {
+            let path = self.trash.join(name);
+            match self.vfs.remove_dir_all(&path) {
+                Ok(()) => {}
+                // Another process empties it too.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err((path, e)),
+            }
+        }
+        if !names.is_empty() {
+            self.vfs.sync_dir(&self.trash).map_err(io_at(&self.trash))?;
+        }
+        Ok(())
+    }
+
+    /// The live directory of session `id`.
+    pub(crate) fn live_dir(&self, id: &str) -> Result<PathBuf, fsutil::BadId> {
+        Ok(self.sessions.join(encode_session_dir_name(id)?))
+    }
+
+    /// Reads the session at `dir`, which must be named for its id.
+    fn read_entry(&self, dir: &Path) -> Result<SessionEntry, LookupError> {
+        let unaccounted = |reason: String| {
+            LookupError::Unaccounted(Unaccounted {
+                path: dir.to_owned(),
+                reason,
+            })
+        };
+        let path = dir.join(HEADER_FILE);
+        let bytes = match self.vfs.read_file(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(unaccounted(format!("no {HEADER_FILE} file")));
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+                return Err(unaccounted("not a directory".into()));
+            }
+            Err(e) => return Err(LookupError::Io(path, e)),
+        };
+        let (header, uid) =
+            decode_header(&bytes).map_err(|why| unaccounted(format!("{HEADER_FILE}: {why}")))?;
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+        match encode_session_dir_name(&header.id) {
+            Ok(expected) if Some(&expected) == name.as_ref() => Ok(SessionEntry {
+                header,
+                uid,
+                dir: dir.to_owned(),
+            }),
+            _ => Err(unaccounted(format!(
+                "{HEADER_FILE} names session {:?}, whose directory would be another",
+                header.id
+            ))),
+        }
+    }
+
+    /// Session `id`: `Ok(None)` when it does not exist.
+    pub(crate) fn get(&self, id: &str) -> Result<Option<SessionEntry>, LookupError> {
+        let Ok(dir) = self.live_dir(id) else {
+            return Ok(None);
+        };
+        match self.vfs.symlink_metadata(&dir) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(LookupError::Io(dir, e)),
+        }
+        match self.read_entry(&dir) {
+            Ok(entry) if entry.header.id == id => Ok(Some(entry)),
+            // A hash collision of two long ids: the directory is another's.
+            Ok(_) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every session, and every entry that is not one.
+    pub(crate) fn scan(
+        &self,
+    ) -> Result<(Vec<SessionEntry>, Vec<Unaccounted>), (PathBuf, io::Error)> {
+        let names = match self.vfs.read_dir(&self.sessions) {
+            Ok(n) => n,
+            // A read-only open of a store that never held a session.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err((self.sessions.clone(), e)),
+        };
+        let mut sessions = Vec::with_capacity(names.len());
+        let mut unaccounted = Vec::new();
+        for name in names {
+            if name.as_encoded_bytes().first() == Some(&b'.') {
+                continue; // the registry's own
+            }
+            let dir = self.sessions.join(&name);
+            match self.read_entry(&dir) {
+                Ok(entry) => sessions.push(entry),
+                Err(LookupError::Unaccounted(u)) => unaccounted.push(u),
+                // Deleted by another process between the listing and the read.
+                Err(LookupError::Io(_, e)) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(LookupError::Io(path, e)) => return Err((path, e)),
+            }
+        }
+        sessions.sort_by(|a, b| a.header.id.cmp(&b.header.id));
+        Ok((sessions, unaccounted))
+    }
+
+    /// Creates `.staging/<uid>/` with the session's `HEADER` written and
+    /// synced. The caller fills it (segments, `LINEAGE`) and then
+    /// [`publish`](Registry::publish)es or [`replace`](Registry::replace)s it.
+    pub(crate) fn stage(
+        &self,
+        header: &SessionHeader,
+        uid: &[u8; 16],
+    ) -> Result<PathBuf, (PathBuf, io::Error)> {
+        let dir = self.staging.join(hex(uid));
+        self.vfs.create_dir(&dir).map_err(io_at(&dir))?;
+        let path = dir.join(HEADER_FILE);
+        let written = (|| {
+            let f = self.vfs.create_new(&path)?;
+            f.write_all_at(&encode_header(header, uid), 0)?;
+            f.sync_data()
+        })();
+        if let Err(e) = written {
+            let _ = self.vfs.remove_dir_all(&dir);
+            return Err((path, e));
+        }
+        Ok(dir)
+    }
+
+    /// Publishes a staged session under `id`, failing with
+    /// [`PublishError::Exists`] if that id exists. Durable when it returns:
+    /// the staged directory's entries, then both parents of the rename.
+    pub(crate) fn publish(&self, staged: &Path, id: &str) -> Result<PathBuf, PublishError> {
+        let live = self
+            .live_dir(id)
+            .map_err(|e| PublishError::Io(staged.to_owned(), io::Error::other(e)))?;
+        let io = |p: &Path| {
+            let p = p.to_owned();
+            move |e| PublishError::Io(p, e)
+        };
+        // Everything in the session must be reachable before it is visible.
+        self.vfs.sync_dir(staged).map_err(io(staged))?;
+        match self.vfs.rename_noreplace(staged, &live) {
+            Ok(()) => {}
+            Err(e)
+                if e.kind() == io::ErrorKind::AlreadyExists
+                    || e.raw_os_error() == Some(libc::ENOTEMPTY) =>
+            {
+                return Err(PublishError::Exists);
+            }
+            Err(e) => return Err(PublishError::Io(live, e)),
+        }
+        // The staging entry's removal need not be durable for the new name
+        // to be, but a file system that journals the two directories apart
+        // could otherwise show the directory in both after a crash.
+        for dir in [&self.sessions, &self.staging] {
+            self.vfs
+                .sync_dir(dir)
+                .map_err(|e| PublishError::Unsynced(live.clone(), dir.clone(), e))?;
+        }
+        Ok(live)
+    }
+
+    /// Swaps a staged session in for the live session `id` (which must
+    /// exist), then removes the old one. At every instant one of the two is
+    /// in place; the swap is durable when this returns.
+    pub(crate) fn replace(&self, staged: &Path, id: &str) -> Result<PathBuf, (PathBuf, io::Error)> {
+        let live = self
+            .live_dir(id)
+            .map_err(|e| (staged.to_owned(), io::Error::other(e)))?;
+        self.vfs.sync_dir(staged).map_err(io_at(staged))?;
+        self.vfs.exchange(staged, &live).map_err(io_at(&live))?;
+        self.vfs
+            .sync_dir(&self.sessions)
+            .map_err(io_at(&self.sessions))?;
+        self.vfs
+            .sync_dir(&self.staging)
+            .map_err(io_at(&self.staging))?;
+        // `staged` now holds the old session.
+        self.discard(staged)?;
+        Ok(live)
+    }
+
+    /// Removes session `id`: its directory is renamed into the trash
+    /// (durably: from then on the session does not exist), then removed.
+    pub(crate) fn remove(&self, dir: &Path, uid: &[u8; 16]) -> Result<(), (PathBuf, io::Error)> {
+        let gone = self
+            .trash
+            .join(format!("{}-{}", hex(uid), hex(&fsutil::random_id())));
+        self.vfs.rename(dir, &gone).map_err(io_at(dir))?;
+        self.vfs
+            .sync_dir(&self.sessions)
+            .map_err(io_at(&self.sessions))?;
+        self.vfs.sync_dir(&self.trash).map_err(io_at(&self.trash))?;
+        self.vfs.remove_dir_all(&gone).map_err(io_at(&gone))?;
+        self.vfs.sync_dir(&self.trash).map_err(io_at(&self.trash))
+    }
+
+    /// Throws away a staged (never published, or replaced) session.
+    pub(crate) fn discard(&self, staged: &Path) -> Result<(), (PathBuf, io::Error)> {
+        let name = staged.file_name().unwrap_or_default();
+        let gone = self.trash.join(format!(
+            "{}-{}",
+            name.to_string_lossy(),
+            hex(&fsutil::random_id())
+        ));
+        self.vfs.rename(staged, &gone).map_err(io_at(staged))?;
+        self.vfs.remove_dir_all(&gone).map_err(io_at(&gone))?;
+        self.vfs.sync_dir(&self.trash).map_err(io_at(&self.trash))
+    }
+
+    /// The staged directories: sessions being built by this or another
+    /// process, or left by a crash.
+    pub(crate) fn staged(&self) -> Result<Vec<PathBuf>, (PathBuf, io::Error)> {
+        match self.vfs.read_dir(&self.staging) {
+            Ok(names) => Ok(names.into_iter().map(|n| self.staging.join(n)).collect()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err((self.staging.clone(), e)),
+        }
+    }
+}
+
+/// 32 lower-case hex digits.
+pub(crate) fn hex(bytes: &[u8; 16]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(32), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_and_every_damage_is_refused() {
+        let mut h = SessionHeader::new("s/1", 7);
+        h.cwd = Some("/w".into());
+        let uid = [9u8; 16];
+        let bytes = encode_header(&h, &uid);
+        assert_eq!(decode_header(&bytes).unwrap(), (h, uid));
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x20;
+            assert!(decode_header(&b).is_err(), "flip at {i} accepted");
+        }
+        for n in 0..bytes.len() {
+            assert!(decode_header(&bytes[..n]).is_err(), "cut at {n} accepted");
+        }
+    }
+}
