@@ -1,6 +1,34 @@
-//! The engine: what ties the pure model and the byte formats to files.
+//! The engine: what ties the pure model (`session`, `surface`, `derive`,
+//! `repair`) and the byte formats (`segment`, `codec`, `checkpoint`,
+//! `manifest`, `lineage`) to files, through the `Vfs`.
 //!
-//! [`registry`] owns the sessions directory (which sessions exist, and the
-//! atomic renames that change that set).
+//! One concern a module:
+//! - [`registry`]: the sessions directory: which sessions exist, and the
+//!   atomic renames that change that set;
+//! - [`handle`]: the [`Store`] handle: open, the map of loaded sessions,
+//!   flush, close, group commit;
+//! - [`session`]: one loaded session and its read indexes;
+//! - [`load`]: loading and recovering a session from its files;
+//! - [`write`]: the append path and the store-level changes built on it;
+//! - [`read`]: events, surface, derive, verify and stats;
+//! - [`options`], [`error`].
+//!
+//! Data flows one way: append -> record -> file -> sync -> index. Loading
+//! returns what it found (the closers an interrupted turn needs included);
+//! it does not call the write path.
 
+pub(crate) mod error;
+pub(crate) mod handle;
+pub(crate) mod load;
+pub(crate) mod options;
+pub(crate) mod read;
 pub(crate) mod registry;
+pub(crate) mod session;
+pub(crate) mod write;
+
+pub use error::{Error, Result};
+pub use handle::Store;
+pub use load::Recovery;
+pub use options::{Durability, Options};
+pub use read::{Derived, SessionStats, VerifyReport};
+pub use registry::Unaccounted;

@@ -1,0 +1,141 @@
+//! The store's errors, and the helpers that build them with the session,
+//! file and offset a person needs.
+
+use crate::engine::registry::PublishError;
+use crate::event::Event;
+use crate::segment;
+use crate::violation::Violation;
+use std::path::{Path, PathBuf};
+
+/// Errors of the store. Each names what a person needs to act.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Another writer holds the store.
+    #[error(
+        "store {path} is locked by another writer (open it read-only, or close the other writer)"
+    )]
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// An I/O error on a file.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Damage a crash cannot explain; nothing was truncated.
+    #[error("session {session:?} is corrupt in {segment} at offset {offset}: {reason}")]
+    Corrupt {
+        /// The session id.
+        session: String,
+        /// The damaged file.
+        segment: PathBuf,
+        /// Byte offset of the damage.
+        offset: u64,
+        /// What was found.
+        reason: String,
+    },
+    /// A batch broke a rule of the session model; nothing was stored.
+    #[error("session {session:?}: batch rejected at {event_type} {violation}")]
+    Rejected {
+        /// The session id.
+        session: String,
+        /// The type of the offending event.
+        event_type: String,
+        /// The rule, seq and reason.
+        violation: Violation,
+    },
+    /// No such session.
+    #[error("session {0:?} does not exist")]
+    NotFound(String),
+    /// The session already exists.
+    #[error("session {0:?} already exists")]
+    Exists(String),
+    /// An fsync failed earlier; the session refuses writes until reopen.
+    #[error("session {0:?} is poisoned by a failed sync; reopen the store")]
+    Poisoned(String),
+    /// The store was opened read-only.
+    #[error("the store is open read-only")]
+    ReadOnly,
+    /// The session id cannot be stored.
+    #[error("invalid session id {id:?}: {reason}")]
+    BadId {
+        /// The id.
+        id: String,
+        /// Why.
+        reason: String,
+    },
+    /// The batch is larger than the record limit.
+    #[error(
+        "session {session:?}: batch of {size} bytes exceeds the record limit of {max} bytes; split it"
+    )]
+    TooLarge {
+        /// The session id.
+        session: String,
+        /// Encoded size.
+        size: u64,
+        /// Limit.
+        max: u32,
+    },
+    /// A store-level file (the manifest) is unusable.
+    #[error("{0}")]
+    Store(String),
+}
+
+/// A result of the store.
+pub type Result<T> = std::result::Result<T, Error>;
+
+pub(super) fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// The store error for a failed publish of session `id`.
+pub(super) fn publish_error(e: PublishError, id: &str) -> Error {
+    match e {
+        PublishError::Exists => Error::Exists(id.to_owned()),
+        PublishError::Io(path, source) | PublishError::Unsynced(_, path, source) => {
+            Error::Io { path, source }
+        }
+    }
+}
+
+/// A rejection naming the session and the offending event's type and seq.
+pub(super) fn rejected(session: &str, batch: &[Event<'_>], violation: Violation) -> Error {
+    let event_type = violation
+        .seq()
+        .and_then(|seq| batch.iter().find(|e| e.seq == seq))
+        .or(batch.first())
+        .map_or_else(String::new, |e| e.kind.to_string());
+    Error::Rejected {
+        session: session.to_owned(),
+        event_type,
+        violation,
+    }
+}
+
+pub(super) fn segment_error(session: &str, path: &Path, e: segment::SegmentError) -> Error {
+    match e {
+        segment::SegmentError::Corrupt { offset, reason } => Error::Corrupt {
+            session: session.to_owned(),
+            segment: path.to_owned(),
+            offset,
+            reason,
+        },
+        segment::SegmentError::Io(source) => Error::Io {
+            path: path.to_owned(),
+            source,
+        },
+        segment::SegmentError::RecordTooLarge { size, max } => Error::TooLarge {
+            session: session.to_owned(),
+            size,
+            max,
+        },
+        other => Error::Store(format!("session {session:?}: {}: {other}", path.display())),
+    }
+}

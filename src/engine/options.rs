@@ -1,0 +1,58 @@
+//! Store options: durability modes and tuning.
+
+use crate::segment;
+use crate::vfs::Vfs;
+use std::sync::Arc;
+
+/// When an append is durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// `fdatasync` before `append` returns (the default).
+    Sync,
+    /// Group commit: `append` returns before its batch is durable; one
+    /// background thread syncs every dirty session each `window`, so many
+    /// appends share one `fdatasync`. [`Store::flush`] waits for it.
+    Batched {
+        /// How long an append may stay unsynced.
+        window: std::time::Duration,
+    },
+    /// No sync on append; only [`Store::flush`] and [`Store::close`] sync.
+    None,
+}
+
+/// Store options.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// When appends are durable.
+    pub durability: Durability,
+    /// Roll over to a new segment when the active one would pass this size.
+    pub segment_size: u64,
+    /// The largest batch record accepted, in bytes.
+    pub max_record: u32,
+    /// Write a checkpoint when this many events were appended since the
+    /// last one (or when the log's index grew past the checkpoint's size,
+    /// whichever is larger: the cost per event stays O(1) amortised).
+    pub checkpoint_every: u64,
+    /// Bytes of segment space preallocated (allocated and zeroed) at a time
+    /// (default 1 MiB, [`segment::DEFAULT_PREALLOCATE`]).
+    pub preallocate: u64,
+    /// Also enforce the strict invariants on append.
+    pub strict: bool,
+    /// The file system every file operation goes through (default: the
+    /// real one, [`crate::vfs::RealFs`]).
+    pub vfs: Arc<dyn Vfs>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::Sync,
+            segment_size: 64 << 20,
+            max_record: segment::DEFAULT_MAX_RECORD,
+            checkpoint_every: 65_536,
+            preallocate: segment::DEFAULT_PREALLOCATE,
+            strict: false,
+            vfs: crate::vfs::real(),
+        }
+    }
+}

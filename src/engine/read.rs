@@ -1,0 +1,328 @@
+//! Reads: events by seq, the surface, derived messages, verify and stats.
+
+use super::error::{Error, Result, io_at, rejected, segment_error};
+use super::handle::Store;
+use super::session::{Session, Snapshot};
+use crate::checkpoint;
+use crate::codec;
+use crate::derive::{DeriveCache, Message};
+use crate::event::{Event, OwnedEvent};
+use crate::header::SessionHeader;
+use crate::segment::{self, ScanOptions, SegmentIdent};
+use crate::session::SessionState;
+use crate::surface::Surface;
+use std::path::Path;
+
+/// Derived messages, borrowing from the mapped segments.
+pub struct Derived {
+    pub(super) snapshot: Snapshot,
+    pub(super) cache: DeriveCache,
+}
+
+impl Derived {
+    /// The messages, zero-copy.
+    pub fn messages(&self) -> impl Iterator<Item = Message<'_>> + '_ {
+        self.cache
+            .messages(&self.snapshot)
+            .map(|m| m.expect("surface node data is indexed"))
+    }
+}
+
+/// What [`Store::verify`] checked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Events decoded and folded.
+    pub events: u64,
+    /// Segment files scanned.
+    pub segments: u64,
+    /// Bytes of headers, records and footers checked.
+    pub bytes: u64,
+}
+
+/// Size and checkpoint figures of a session ([`Store::stats`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Events in the log.
+    pub events: u64,
+    /// Segment files.
+    pub segments: u64,
+    /// Bytes of the log on disk (sealed files, and the active segment up to
+    /// its committed end; preallocated space not counted).
+    pub bytes: u64,
+    /// Bytes the same events take as plain JSONL (one event per line).
+    pub jsonl_bytes: u64,
+    /// Events appended since the last checkpoint.
+    pub events_since_checkpoint: u64,
+    /// When the checkpoint file was last written.
+    pub checkpoint_modified: Option<std::time::SystemTime>,
+}
+
+impl Store {
+    /// The session's header and events.
+    pub fn load(&self, id: &str) -> Result<(SessionHeader, Vec<OwnedEvent>)> {
+        let events = self.read_from(id, 0)?;
+        let session = self.session(id)?;
+        let header = session.lock().expect("session lock").header.clone();
+        Ok((header, events))
+    }
+
+    /// The events from `seq` on.
+    pub fn read_from(&self, id: &str, seq: u64) -> Result<Vec<OwnedEvent>> {
+        let session = self.session(id)?;
+        let s = session.lock().expect("session lock");
+        self.read_from_locked(&s, id, seq, u64::MAX)
+    }
+
+    /// The events with seqs in `seq..until`, decoding only the batches that
+    /// hold them.
+    pub(super) fn read_from_locked(
+        &self,
+        s: &Session,
+        id: &str,
+        seq: u64,
+        until: u64,
+    ) -> Result<Vec<OwnedEvent>> {
+        let start = s.batches.after_seq(seq).saturating_sub(1);
+        let mut closers = Vec::new();
+        if self.inner.read_only {
+            closers = s.closers();
+        }
+        let stored_end = s.next_seq().min(until);
+        let mut out = Vec::with_capacity(stored_end.saturating_sub(seq) as usize + closers.len());
+        // The seq the next batch must start at: the index must not skip one.
+        let mut expected: Option<u64> = (start == 0).then_some(0);
+        for b in s
+            .batches
+            .iter_from(start)
+            .take_while(|b| b.first_seq < until)
+        {
+            let corrupt = |path: &Path, reason: String| Error::Corrupt {
+                session: id.to_owned(),
+                segment: path.to_owned(),
+                offset: b.offset,
+                reason,
+            };
+            let i = s.segs.partition_point(|g| g.first_seq <= b.segment);
+            let seg = i
+                .checked_sub(1)
+                .map(|i| &s.segs[i])
+                .filter(|g| g.first_seq == b.segment)
+                .ok_or_else(|| {
+                    corrupt(
+                        &s.dir,
+                        format!("the index names segment {} which is not mapped", b.segment),
+                    )
+                })?;
+            // Records a checkpoint covers were not scanned at open: check the
+            // frame and its CRC here, before trusting any length in it.
+            let ident = s.ident(self.inner.store_id, seg.first_seq);
+            let loc = segment::record_at(&seg.map, &ident, b.offset)
+                .filter(|loc| loc.first_seq == b.first_seq)
+                .ok_or_else(|| {
+                    corrupt(
+                        &seg.path,
+                        "no valid record where the index points (checksum or frame damaged)".into(),
+                    )
+                })?;
+            if expected.is_some_and(|e| e != loc.first_seq) {
+                return Err(corrupt(
+                    &seg.path,
+                    format!(
+                        "the index skips from seq {} to batch {}",
+                        expected.unwrap_or_default(),
+                        loc.first_seq
+                    ),
+                ));
+            }
+            expected = Some(loc.first_seq + u64::from(loc.count));
+            let r = loc.codec_range();
+            let events = codec::decode_batch(
+                &seg.map[r.start as usize..r.end as usize],
+                loc.first_seq,
+                loc.count,
+                0,
+            )
+            .map_err(|e| corrupt(&seg.path, e.to_string()))?;
+            for e in events {
+                if e.seq >= seq && e.seq < until {
+                    out.push(e.into_owned());
+                }
+            }
+        }
+        // (A poisoned session may hold a written batch its index missed.)
+        if !s.poisoned && until >= s.next_seq() && expected.is_some_and(|e| e != s.next_seq()) {
+            return Err(Error::Corrupt {
+                session: id.to_owned(),
+                segment: s.dir.clone(),
+                offset: 0,
+                reason: format!(
+                    "the batch index ends at seq {} but the log at {}",
+                    expected.unwrap_or_default(),
+                    s.next_seq()
+                ),
+            });
+        }
+        out.extend(
+            closers
+                .into_iter()
+                .filter(|e| e.seq >= seq && e.seq < until),
+        );
+        Ok(out)
+    }
+
+    /// The session's surface.
+    pub fn surface(&self, id: &str) -> Result<Surface> {
+        let session = self.session(id)?;
+        let mut s = session.lock().expect("session lock");
+        self.materialise(&mut s)?;
+        if self.inner.read_only && s.state.repair().is_open() {
+            let mut state = s.state.clone();
+            let snap = s.snapshot();
+            let closers = state.closers();
+            state
+                .append_batch(&closers, &snap)
+                .map_err(|v| rejected(id, &closers, v))?;
+            return Ok(state.surface().clone());
+        }
+        Ok(s.state.surface().clone())
+    }
+
+    /// The derived messages, zero-copy from the mapped segments.
+    pub fn derive(&self, id: &str) -> Result<Derived> {
+        let session = self.session(id)?;
+        let mut s = session.lock().expect("session lock");
+        self.materialise(&mut s)?;
+        self.verify_covered(&mut s)?;
+        let snapshot = s.snapshot();
+        let Session { derive, state, .. } = &mut *s;
+        derive
+            .update(state.surface(), &snapshot)
+            .map_err(|e| Error::Store(format!("session {id:?}: {e}")))?;
+        Ok(Derived {
+            snapshot,
+            cache: s.derive.clone(),
+        })
+    }
+
+    /// Verifies a session end to end: every segment is scanned record by
+    /// record (sealed ones against their footers), every batch decoded, and
+    /// the whole log folded again from scratch; the result must equal the
+    /// loaded state. Damage is an [`Error::Corrupt`] naming the segment and
+    /// offset.
+    pub fn verify(&self, id: &str) -> Result<VerifyReport> {
+        let session = self.session(id)?;
+        let mut s = session.lock().expect("session lock");
+        self.materialise(&mut s)?;
+        let mut report = VerifyReport::default();
+        let mut state = SessionState::new(self.inner.options.strict);
+        let mut log: Vec<OwnedEvent> = Vec::new();
+        let last = s.segs.len().saturating_sub(1);
+        for (i, seg) in s.segs.iter().enumerate() {
+            let ident = SegmentIdent {
+                store_id: self.inner.store_id,
+                session_uid: s.lineage.owner(seg.first_seq).unwrap_or(s.uid),
+                first_seq: seg.first_seq,
+            };
+            // Read the file afresh: the check is of what is on disk.
+            let bytes = self
+                .inner
+                .options
+                .vfs
+                .read_file(&seg.path)
+                .map_err(io_at(&seg.path))?;
+            let opts = ScanOptions {
+                max_record: self
+                    .inner
+                    .options
+                    .max_record
+                    .max(segment::DEFAULT_MAX_RECORD),
+                expect_sealed: i < last || s.writer.is_none() && !self.inner.read_only,
+            };
+            let scan = segment::scan(&bytes, &ident, &opts)
+                .map_err(|e| segment_error(id, &seg.path, e))?;
+            report.segments += 1;
+            report.bytes += scan.valid_end + scan.footer.map_or(0, |_| segment::FOOTER_LEN as u64);
+            for b in &scan.batches {
+                let r = b.codec_range();
+                let events = codec::decode_batch(
+                    &bytes[r.start as usize..r.end as usize],
+                    b.first_seq,
+                    b.count,
+                    0,
+                )
+                .map_err(|e| Error::Corrupt {
+                    session: id.to_owned(),
+                    segment: seg.path.clone(),
+                    offset: b.offset,
+                    reason: format!("batch does not decode: {e}"),
+                })?;
+                let owned: Vec<OwnedEvent> = events.into_iter().map(Event::into_owned).collect();
+                state
+                    .append_batch(&owned, &log)
+                    .map_err(|v| Error::Corrupt {
+                        session: id.to_owned(),
+                        segment: seg.path.clone(),
+                        offset: b.offset,
+                        reason: format!("stored batch breaks a rule: {v}"),
+                    })?;
+                report.events += owned.len() as u64;
+                log.extend(owned);
+            }
+        }
+        if state.next_seq() != s.state.next_seq() || state.surface() != s.state.surface() {
+            return Err(Error::Corrupt {
+                session: id.to_owned(),
+                segment: s.dir.clone(),
+                offset: 0,
+                reason: format!(
+                    "the log folds to {} events but the index holds {}: the checkpoint or index disagrees with the log",
+                    state.next_seq(),
+                    s.state.next_seq()
+                ),
+            });
+        }
+        Ok(report)
+    }
+
+    /// Size and checkpoint figures of a session.
+    pub fn stats(&self, id: &str) -> Result<SessionStats> {
+        let session = self.session(id)?;
+        let s = session.lock().expect("session lock");
+        let mut bytes = 0;
+        for (i, seg) in s.segs.iter().enumerate() {
+            let last = i + 1 == s.segs.len();
+            // The active segment counts up to its committed end: its
+            // preallocated zeros are not data.
+            bytes += match (&s.writer, last, s.active_end) {
+                (Some(w), true, _) => w.len(),
+                (None, true, Some(end)) => end,
+                _ => seg.map.len() as u64,
+            };
+        }
+        // Stored events only: a read-only view's synthesised closers are not
+        // on disk.
+        let events = self.read_from_locked(&s, id, 0, s.next_seq())?;
+        let mut jsonl_bytes = 0u64;
+        let mut buf = Vec::new();
+        for e in &events {
+            buf.clear();
+            e.write_json(&mut buf);
+            jsonl_bytes += buf.len() as u64 + 1;
+        }
+        let checkpoint_modified = self
+            .inner
+            .options
+            .vfs
+            .metadata(&s.dir.join(checkpoint::CHECKPOINT_FILE))
+            .ok()
+            .and_then(|m| m.modified);
+        Ok(SessionStats {
+            events: events.len() as u64,
+            segments: s.segs.len() as u64,
+            bytes,
+            jsonl_bytes,
+            events_since_checkpoint: s.since_checkpoint,
+            checkpoint_modified,
+        })
+    }
+}
