@@ -366,13 +366,15 @@ pub(crate) fn store_err(e: store::Error) -> Failure {
         E::BadId { .. } => "session ids must be non-empty",
         E::TooLarge { .. } => "append the events in smaller batches",
         E::Locked { .. } => {
-            "another sessionlog process is writing to this store; read-only commands (ls, cat, surface, derive, verify, stats, export) work meanwhile"
+            "another process (or handle) is writing this session; other sessions, and reading this one (ls, cat, tail, surface, derive, verify, stats, export), work meanwhile"
         }
+        E::Closed => "the store was closed; open it again",
         E::Poisoned(_) => {
             "a sync failed, so later writes are refused: reopen the store (run the command again)"
         }
         E::Io { .. } | E::Store(_) => "check the disk, permissions and free space",
-        E::ReadOnly => "this command needs the store's write lock",
+        E::ReadOnly => "this command needs a writable store",
+        _ => "see the message above",
     };
     let m = format!("{e}\nhint: {hint}");
     match e {
@@ -382,9 +384,7 @@ pub(crate) fn store_err(e: store::Error) -> Failure {
         | E::Exists(_)
         | E::BadId { .. }
         | E::TooLarge { .. } => Failure::Invalid(m),
-        E::Io { .. } | E::Locked { .. } | E::Poisoned(_) | E::Store(_) | E::ReadOnly => {
-            Failure::Io(m)
-        }
+        _ => Failure::Io(m),
     }
 }
 
@@ -392,8 +392,8 @@ pub(crate) fn open_read_only(dir: &Path) -> Result<Store, Failure> {
     Store::open_read_only(dir).map_err(store_err)
 }
 
-/// Opens the store with its write lock. Only `import` creates a store: the
-/// other write commands need an existing one.
+/// Opens the store for writing. Only `import` creates a store: the other
+/// write commands need an existing one.
 pub(crate) fn open_writer(dir: &Path, create: bool) -> Result<Store, Failure> {
     if !create && !dir.join(MANIFEST_FILE).is_file() {
         return Err(Failure::Io(format!(

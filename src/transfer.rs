@@ -120,7 +120,10 @@ fn import_error(e: ImportError) -> (Failure, bool) {
         ImportError::Store { ref source, .. }
             if matches!(
                 **source,
-                store::Error::Io { .. } | store::Error::Poisoned(_) | store::Error::Store(_)
+                store::Error::Io { .. }
+                    | store::Error::Poisoned(_)
+                    | store::Error::Store(_)
+                    | store::Error::Locked { .. }
             ) =>
         {
             // The store itself failed: later files would fail too.

@@ -303,8 +303,11 @@ fn remove_checkpoint(root: &Path) {
     std::fs::remove_file(root.join("sessions/s/CHECKPOINT")).expect("remove the checkpoint");
 }
 
+/// Reopens as the session's writer (recovery with authority: a torn tail
+/// is cut, an open turn closed) and loads it.
 fn reopen_and_load(root: &Path) -> Result<(Store, Vec<OwnedEvent>), (String, String)> {
     let store = Store::open(root, opts()).map_err(store_err)?;
+    store.repair("s").map_err(store_err)?;
     let (_, log) = store.load("s").map_err(store_err)?;
     Ok((store, log))
 }

@@ -347,7 +347,10 @@ fn readers_work_while_a_writer_holds_the_lock() {
     let dir = tmp.path().join("store");
     ok(&dir, &["import", path_str(&file)]);
 
+    let other = write_session(tmp.path(), "s2.jsonl", "s2", &BALANCED);
     let writer = Store::open(&dir, Options::default()).unwrap();
+    // Another process writing s1 (its first write takes the session).
+    writer.repair("s1").unwrap();
     assert_eq!(ok(&dir, &["ls"]), "s1\t1000\t-\n");
     assert_eq!(json_lines(&ok(&dir, &["cat", "s1"])).len(), 7);
     assert!(ok(&dir, &["verify"]).starts_with("OK s1 "));
@@ -355,20 +358,27 @@ fn readers_work_while_a_writer_holds_the_lock() {
     for args in [
         &["rm", "s1"][..],
         &["repair", "s1"],
-        &["fork", "s1", "kid"],
-        &["import", path_str(&file)],
+        &["import", "--replace", path_str(&file)],
     ] {
         let r = sl(&dir, args);
         assert_eq!(r.code, 3, "{args:?} while locked: {}", r.stderr);
         assert!(
-            r.stderr.contains(path_str(&dir.join("LOCK"))),
-            "{args:?}: the message names the lock file: {}",
+            r.stderr.contains(path_str(&dir.join("LOCK"))) && r.stderr.contains("\"s1\""),
+            "{args:?}: the message names the session and the lock file: {}",
             r.stderr
         );
     }
+    // Other sessions are free to write meanwhile, forks of s1 included.
+    ok(&dir, &["fork", "s1", "kid"]);
+    ok(&dir, &["import", path_str(&other)]);
     writer.close().unwrap();
     ok(&dir, &["rm", "s1"]);
-    assert_eq!(ok(&dir, &["ls"]), "");
+    let listed = ok(&dir, &["ls"]);
+    assert!(!listed.contains("s1\t"), "{listed}");
+    assert!(
+        listed.contains("kid\t") && listed.contains("s2\t"),
+        "{listed}"
+    );
 }
 
 #[test]

@@ -320,6 +320,8 @@ fn eight_threads_sixty_four_sessions() {
             .append_batch(&want, &Vec::<Event>::new())
             .expect("fold");
         want.extend(state.closers());
+        // The first write after the reopen (here, repair) closes the turn.
+        store.repair(&s.id).expect("repair after reopen");
         let (_, events) = store.load(&s.id).expect("load after reopen");
         assert_eq!(
             events.len(),

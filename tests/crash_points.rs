@@ -653,8 +653,8 @@ fn check_image(store_dir: &Path, model: &SessionsModel, context: &str) -> usize 
     checked
 }
 
-/// A second crash at every operation of a reopen (open, load every
-/// session: recovery truncates torn tails, completes seals, appends
+/// A second crash at every operation of a reopen (open, take every session
+/// for writing: recovery truncates torn tails, completes seals, appends
 /// closers; then close) of the image in `image`. Returns (crash points,
 /// images).
 fn second_crash(image: &Path, model: &SessionsModel, context: &str) -> (u64, u64) {
@@ -668,6 +668,9 @@ fn second_crash(image: &Path, model: &SessionsModel, context: &str) -> (u64, u64
         let _ = (|| -> sessionlog::store::Result<()> {
             let store = Store::open_with_vfs(live.path().join("store"), options(), arc)?;
             for h in store.list()? {
+                // As the session's writer: recovery with authority (torn
+                // tails cut, seals finished, closers appended).
+                store.repair(&h.id)?;
                 store.read_from(&h.id, 0)?;
             }
             store.close()

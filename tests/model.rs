@@ -5,7 +5,8 @@
 //! batch, fork, delete, flush, close + reopen, crash = drop without close +
 //! reopen) runs against a `Store` and against an in-memory model: per
 //! session id, the acknowledged events (plus the repair closers the store
-//! appends on reopen when the last turn is open). After every operation
+//! appends when a reopened session is first taken for writing and its last
+//! turn is open). After every operation
 //! `list`, `load` (and `NotFound` for the ids the model does not hold) are
 //! checked; every few operations also `surface`, `derive`, `read_from` and
 //! `verify` against a from-scratch fold of the model's events. Proptest
@@ -111,6 +112,18 @@ fn reopen_model(model: &mut BTreeMap<String, Entry>) {
             e.stream = None;
         }
     }
+}
+
+/// After a reopen: each stored session's first write (here `repair`) makes
+/// this handle its writer, which closes an interrupted turn, as the model
+/// expects.
+fn take_sessions(store: &Store, model: &BTreeMap<String, Entry>) -> Result<(), TestCaseError> {
+    for id in model.keys() {
+        store
+            .repair(id)
+            .map_err(|e| TestCaseError::fail(format!("repair({id}) after reopen: {e}")))?;
+    }
+    Ok(())
 }
 
 fn check(store: &Store, model: &BTreeMap<String, Entry>, deep: bool) -> Result<(), TestCaseError> {
@@ -333,11 +346,13 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 prop_assert!(r.is_ok(), "close: {:?}", r);
                 store = Some(open(dir.path()));
                 reopen_model(&mut model);
+                take_sessions(store.as_ref().expect("open"), &model)?;
             }
             Op::Crash => {
                 drop(store.take());
                 store = Some(open(dir.path()));
                 reopen_model(&mut model);
+                take_sessions(store.as_ref().expect("open"), &model)?;
             }
         }
         let deep = n % 5 == 4 || n + 1 == ops.len();

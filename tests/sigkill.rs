@@ -262,6 +262,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_batch() {
             );
             continue;
         }
+        store.repair(&id).expect("recover a session as its writer");
         let (_, log) = store.load(&id).expect("load a recovered session");
         let common = log.iter().zip(&events).take_while(|(a, b)| a == b).count();
         // The cut: the largest batch boundary after which exactly the closers

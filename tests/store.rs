@@ -119,6 +119,10 @@ fn append_close_reopen_and_repair_once() {
     store.close().unwrap();
 
     let store = Store::open(dir.path(), small_opts()).unwrap();
+    // Reading takes no lock and changes nothing: the turn is still open.
+    assert_eq!(store.load("s1").unwrap().1, log);
+    // The first write takes the session and closes the interrupted turn.
+    store.repair("s1").unwrap();
     let (header, events) = store.load("s1").unwrap();
     assert_eq!(header.id, "s1");
     // The interrupted turn got its closers: tool/result, step/end, turn/end.
@@ -131,6 +135,10 @@ fn append_close_reopen_and_repair_once() {
     store.close().unwrap();
 
     let store = Store::open(dir.path(), small_opts()).unwrap();
+    assert!(
+        store.repair("s1").unwrap().is_empty(),
+        "nothing left to close"
+    );
     assert_eq!(
         store.load("s1").unwrap().1.len(),
         8,
@@ -179,26 +187,77 @@ fn bad_batches_are_rejected_whole_naming_seq_and_type() {
     assert_eq!(store.load("s").unwrap().1.len(), 2);
 }
 
+/// Two writable handles on one store (as two processes would be): each
+/// session has one writer at a time, writers of different sessions do not
+/// block each other, and every handle sees every acknowledged append
+/// without reopening. Before, the second `open` failed with `Locked` and a
+/// read-only handle never saw later appends.
 #[test]
-fn second_writer_is_locked_and_readers_see_a_consistent_view() {
+fn one_writer_per_session_and_every_handle_sees_every_append() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), small_opts()).unwrap();
-    match Store::open(dir.path(), small_opts()) {
-        Err(Error::Locked { path }) => assert!(path.starts_with(dir.path())),
-        Err(e) => panic!("expected Locked, got {e}"),
-        Ok(_) => panic!("expected Locked, got a second writer"),
-    }
-    store.create(SessionHeader::new("s", 0)).unwrap();
-    store.append("s", &turn_log()).unwrap();
+    let a = Store::open(dir.path(), small_opts()).unwrap();
+    let b = Store::open(dir.path(), small_opts()).unwrap();
     let reader = Store::open_read_only(dir.path()).unwrap();
-    let events = reader.load("s").unwrap().1;
-    assert_eq!(events.len(), 8, "closers synthesised in memory");
+    let log = turn_log();
+    a.create(SessionHeader::new("s", 0)).unwrap();
+    a.append("s", &log[..2]).unwrap();
+    // b sees it, and cannot write it while a holds it.
+    assert_eq!(b.load("s").unwrap().1, log[..2]);
+    match b.append("s", &log[2..3]) {
+        Err(Error::Locked { session, path }) => {
+            assert_eq!(session, "s");
+            assert!(path.starts_with(dir.path()));
+        }
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    assert!(b.verify("s").is_ok(), "reading is never refused");
+    // A session of its own is b's to write meanwhile.
+    b.create(SessionHeader::new("t", 0)).unwrap();
+    b.append("t", &log[..3]).unwrap();
     assert!(matches!(
-        reader.append("s", &turn_log()),
+        a.append("t", &log[3..4]),
+        Err(Error::Locked { .. })
+    ));
+    // Fresh reads, no reopen: each sees the other's appends.
+    a.append("s", &log[2..4]).unwrap();
+    assert_eq!(b.load("s").unwrap().1, log[..4]);
+    assert_eq!(a.load("t").unwrap().1, log[..3]);
+    assert_eq!(reader.read_from("s", 3).unwrap(), log[3..4]);
+    assert_eq!(reader.list().unwrap().len(), 2);
+    assert!(matches!(
+        reader.append("s", &log[4..]),
         Err(Error::ReadOnly)
     ));
-    // The reader wrote nothing: the writer still has 5 events.
-    assert_eq!(store.load("s").unwrap().1.len(), 5);
+    // A reader shows a live writer's open turn as it is (no closers).
+    assert_eq!(reader.load("s").unwrap().1.len(), 4);
+    // Closing a releases s: b may take it over, and closes the turn a left
+    // open (its previous writer stopped mid-turn).
+    a.close().unwrap();
+    b.append("s", &log[4..5]).unwrap_err(); // the closers came first
+    let after = b.load("s").unwrap().1;
+    assert_eq!(after[..4], log[..4]);
+    assert!(after.len() > 4, "closers appended: {}", after.len());
+    assert_eq!(reader.load("s").unwrap().1, after);
+}
+
+/// `close` closes the store for every clone of the handle.
+#[test]
+fn close_closes_every_clone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), small_opts()).unwrap();
+    let clone = store.clone();
+    store.create(SessionHeader::new("s", 0)).unwrap();
+    store.append("s", &turn_log()[..2]).unwrap();
+    store.close().unwrap();
+    assert!(matches!(
+        clone.append("s", &turn_log()[2..3]),
+        Err(Error::Closed)
+    ));
+    assert!(matches!(clone.load("s"), Err(Error::Closed)));
+    // ...and released the session: a new handle writes it at once.
+    let again = Store::open(dir.path(), small_opts()).unwrap();
+    again.append("s", &turn_log()[2..3]).unwrap_err(); // closers first
+    assert!(again.load("s").unwrap().1.len() > 2);
 }
 
 fn segment_path(store_dir: &Path) -> PathBuf {
@@ -310,6 +369,7 @@ fn checkpoint_loss_or_damage_rebuilds_the_same_answers() {
     write_closed_store(dir.path(), &log);
     let reference = {
         let store = Store::open(dir.path(), small_opts()).unwrap();
+        store.repair("s").unwrap();
         assert!(store.load("s").is_ok());
         let r = (
             store.load("s").unwrap().1,
@@ -345,6 +405,8 @@ fn checkpoint_loss_or_damage_rebuilds_the_same_answers() {
         ),
         reference
     );
+    // Only a session's writer writes its checkpoint: take it.
+    store.repair("s").unwrap();
     store.close().unwrap();
     let store = Store::open(dir.path(), small_opts()).unwrap();
     assert_eq!(store.load("s").unwrap().1, reference.0);
@@ -427,6 +489,7 @@ fn every_fixture_round_trips_through_the_store() {
     let store = Store::open(dir.path(), small_opts()).unwrap();
     assert!(expected.len() > 90);
     for (id, events, derived) in &expected {
+        store.repair(id).unwrap();
         let (_, got) = store.load(id).unwrap();
         assert_eq!(&got, events, "{id}");
         let d: Vec<String> = store
@@ -679,7 +742,9 @@ fn a_fork_interrupted_before_publish_leaves_no_session() {
     }
     // What a crash mid-fork (or mid-import) leaves: a staged directory that
     // was never published.
-    let staged = dir.path().join("sessions/.staging/0123");
+    // (Named by the session's lock key, which nobody holds: the builder is
+    // gone.)
+    let staged = dir.path().join("sessions/.staging/0000000000000063-0123");
     std::fs::create_dir(&staged).unwrap();
     std::fs::write(staged.join("00000000000000000000.seg"), b"partial").unwrap();
     let store = Store::open(dir.path(), small_opts()).unwrap();
@@ -793,4 +858,41 @@ fn a_checksummed_but_inconsistent_checkpoint_is_not_trusted() {
     let store = Store::open(dir.path(), small_opts()).unwrap();
     assert_eq!(store.derive("s").unwrap().messages().count(), 10);
     assert!(!store.recovery("s").unwrap().used_checkpoint);
+}
+
+/// Records a checkpoint covers were synced, and synced records never go
+/// away: a cut or deleted active segment is corruption naming the file,
+/// never a silently shorter log. Before, `verify` passed with fewer events.
+#[test]
+fn covered_records_that_are_missing_are_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = long_log(10);
+    write_closed_store(dir.path(), &log);
+    let seg = segment_path(dir.path());
+    let full = std::fs::read(&seg).unwrap();
+    // Cut inside the covered records, then delete the file.
+    std::fs::write(&seg, &full[..full.len() / 2]).unwrap();
+    for round in 0..2 {
+        for read_only in [false, true] {
+            let store = if read_only {
+                Store::open_read_only(dir.path()).unwrap()
+            } else {
+                Store::open(dir.path(), small_opts()).unwrap()
+            };
+            match store.load("s") {
+                Err(Error::Corrupt {
+                    segment, reason, ..
+                }) => {
+                    assert_eq!(segment, seg, "round {round}: names the file");
+                    assert!(reason.contains("checkpoint covers"), "{reason}");
+                }
+                other => panic!(
+                    "round {round}: expected Corrupt, got {:?}",
+                    other.map(|(_, e)| e.len())
+                ),
+            }
+            assert!(store.verify("s").is_err());
+        }
+        std::fs::remove_file(&seg).unwrap_or(());
+    }
 }

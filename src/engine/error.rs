@@ -9,15 +9,24 @@ use std::path::{Path, PathBuf};
 
 /// Errors of the store. Each names what a person needs to act.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
-    /// Another writer holds the store.
+    /// Another writer (another process, or another handle in this one)
+    /// holds the session: nothing was written. The OS cannot tell which
+    /// (open-file-description locks carry no owner).
     #[error(
-        "store {path} is locked by another writer (open it read-only, or close the other writer)"
+        "session {session:?} is being written by another writer (lock in {path}); \
+         retry once it has closed the session, or read it meanwhile"
     )]
     Locked {
+        /// The session id.
+        session: String,
         /// The lock file.
         path: PathBuf,
     },
+    /// The store handle (or a clone of it) was closed.
+    #[error("the store was closed; open it again to use it")]
+    Closed,
     /// An I/O error on a file.
     #[error("I/O error on {path}: {source}")]
     Io {

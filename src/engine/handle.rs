@@ -3,6 +3,7 @@
 
 use super::error::{Error, Result, io_at};
 use super::load::Recovery;
+use super::locks::LockTable;
 use super::options::{Durability, Options};
 use super::registry::{LookupError, Registry, SessionEntry, Unaccounted};
 use super::session::{NodeLocs, Session};
@@ -13,18 +14,26 @@ use crate::fsutil;
 use crate::header::SessionHeader;
 use crate::lineage::Lineage;
 use crate::manifest::Manifest;
+use crate::segment;
 use crate::session::SessionState;
-use crate::vfs::{SegmentBytes, Vfs, VfsLock};
+use crate::vfs::{SegmentBytes, Vfs};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 pub(super) struct Inner {
     pub(super) options: Options,
     pub(super) read_only: bool,
     pub(super) store_id: [u8; 16],
-    pub(super) _lock: Option<VfsLock>,
+    /// The per-session writer locks (`None`: a read-only handle on a store
+    /// no writer ever opened, so no session can be locked).
+    pub(super) locks: Option<Arc<LockTable>>,
     pub(super) registry: Registry,
+    /// Set by [`Store::close`]: every later call fails, clones included.
+    pub(super) closed: AtomicBool,
+    /// Ticks of session use, for evicting the least recently used.
+    pub(super) clock: AtomicU64,
     pub(super) pending: Mutex<HashMap<String, SessionHeader>>,
     /// Shared with the group-commit thread, which never holds the store
     /// itself (so dropping the last handle releases the lock at once).
@@ -46,8 +55,6 @@ pub(super) struct GroupCommit {
 pub struct Store {
     pub(super) inner: Arc<Inner>,
 }
-
-pub(super) const LOCK_FILE: &str = "LOCK";
 
 /// Syncs every session with unsynced appends. A failed sync poisons its
 /// session (the data may be lost; retrying the fsync could report a
@@ -134,13 +141,19 @@ pub(super) fn spawn_group_commit(
 }
 
 impl Store {
-    /// Creates or opens the store in `dir`, taking its exclusive write lock.
+    /// Creates or opens the store in `dir` for reading and writing. Any
+    /// number of handles, in any number of processes, may have one store
+    /// open at once: each session has at most one writer at a time (its
+    /// first write takes the session's writer lock; a second writer gets
+    /// [`Error::Locked`]), and every handle sees every acknowledged append.
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
         Self::open_with(dir.as_ref(), options, false)
     }
 
-    /// Opens an existing store without the write lock; never writes. A torn
-    /// tail is ignored (not truncated) and closers are synthesised in memory.
+    /// Opens an existing store for reading only; never writes. Records a
+    /// writer has not finished are not shown; a session nobody is writing
+    /// whose last turn is open is shown closed (its closers synthesised in
+    /// memory, not stored).
     pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Store> {
         Self::open_with(dir.as_ref(), Options::default(), true)
     }
@@ -177,38 +190,32 @@ impl Store {
             Manifest::open_or_create_with(&*vfs, dir).map(|(m, _)| m)
         }
         .map_err(|e| Error::Store(e.to_string()))?;
-        let lock = if read_only {
-            None
-        } else {
-            let path = dir.join(LOCK_FILE);
-            match vfs.lock(&path) {
-                Ok(Some(lock)) => Some(lock),
-                Ok(None) => return Err(Error::Locked { path }),
-                Err(e) => return Err(Error::Io { path, source: e }),
-            }
-        };
+        let locks = LockTable::open(dir, !read_only)
+            .map_err(|source| Error::Io {
+                path: dir.join(super::locks::LOCK_FILE),
+                source,
+            })?
+            .map(Arc::new);
         let registry = Registry::open(vfs.clone(), dir, !read_only)
             .map_err(|(path, source)| Error::Io { path, source })?;
-        if !read_only {
-            // Sessions a crash left half-built: never published, so never
-            // acknowledged (this process holds the store's write lock, so no
-            // other process is building them).
-            for staged in registry
-                .staged()
-                .map_err(|(path, source)| Error::Io { path, source })?
-            {
-                registry
-                    .discard(&staged)
-                    .map_err(|(path, source)| Error::Io { path, source })?;
-            }
+        if let (false, Some(locks)) = (read_only, &locks) {
+            // Builds and removals a crash interrupted: never published (so
+            // never acknowledged), or already durably deleted. Each is named
+            // by its session's lock key; one whose lock is held is another
+            // live handle's work in progress and is left alone.
+            registry
+                .clean_up(|key| locks.try_lock_key(key))
+                .map_err(|(path, source)| Error::Io { path, source })?;
         }
         let store = Store {
             inner: Arc::new(Inner {
                 options,
                 read_only,
                 store_id: manifest.store_id,
-                _lock: lock,
+                locks,
                 registry,
+                closed: AtomicBool::new(false),
+                clock: AtomicU64::new(0),
                 pending: Mutex::new(HashMap::new()),
                 sessions: Arc::new(RwLock::new(HashMap::new())),
                 recoveries: Mutex::new(HashMap::new()),
@@ -298,8 +305,18 @@ impl Store {
     }
 
     pub(super) fn writable(&self) -> Result<()> {
+        self.open_handle()?;
         if self.inner.read_only {
             Err(Error::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Fails once the store is closed (through any clone of the handle).
+    pub(super) fn open_handle(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            Err(Error::Closed)
         } else {
             Ok(())
         }
@@ -310,23 +327,70 @@ impl Store {
         self.inner.recoveries.lock().expect("lock").get(id).cloned()
     }
 
-    pub(super) fn session(&self, id: &str) -> Result<Arc<Mutex<Session>>> {
+    /// Runs `f` on session `id`, loaded and up to date. The session map's
+    /// lock is held only to find (or add) the session's entry, never while
+    /// a session loads, so loading or rebuilding one session does not stall
+    /// the others. A session this handle does not write is refreshed first:
+    /// appends made since by any writer (in any process) are folded in.
+    pub(super) fn with_session<T>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut Session) -> Result<T>,
+    ) -> Result<T> {
+        self.open_handle()?;
+        let slot = self.slot(id)?;
+        let mut s = slot.lock().expect("session lock");
+        let ready = if s.placeholder {
+            self.load_into(&mut s, id)
+        } else {
+            self.refresh(&mut s)
+        };
+        if let Err(e) = ready {
+            s.placeholder = true;
+            drop(s);
+            self.forget(id, &slot);
+            return Err(e);
+        }
+        s.used = self.inner.clock.fetch_add(1, Ordering::Relaxed);
+        f(&mut s)
+    }
+
+    /// The map entry of session `id`, added (as a placeholder, loaded by the
+    /// first user) when missing. Adding may evict idle sessions first.
+    pub(super) fn slot(&self, id: &str) -> Result<Arc<Mutex<Session>>> {
         if let Some(s) = self.inner.sessions.read().expect("sessions lock").get(id) {
             return Ok(s.clone());
         }
+        let mut placeholder = self.new_session(SessionHeader::new(id, 0))?;
+        placeholder.placeholder = true;
         let mut sessions = self.inner.sessions.write().expect("sessions lock");
         if let Some(s) = sessions.get(id) {
             return Ok(s.clone());
         }
-        let session = match self.entry(id)? {
+        if sessions.len() >= self.inner.options.max_open_sessions.max(1) {
+            self.evict(&mut sessions);
+        }
+        let s = Arc::new(Mutex::new(placeholder));
+        sessions.insert(id.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    /// Removes `slot` from the map if it is still the entry of `id`.
+    pub(super) fn forget(&self, id: &str, slot: &Arc<Mutex<Session>>) {
+        let mut sessions = self.inner.sessions.write().expect("sessions lock");
+        if sessions.get(id).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+            sessions.remove(id);
+        }
+    }
+
+    /// Loads session `id` into a placeholder: the stored session (read
+    /// only until its first write), or a declared one.
+    fn load_into(&self, s: &mut Session, id: &str) -> Result<()> {
+        let fresh = match self.entry(id)? {
             Some(entry) => {
-                let (s, rec) = self.load_session(entry, true)?;
-                self.inner
-                    .recoveries
-                    .lock()
-                    .expect("lock")
-                    .insert(id.to_owned(), rec);
-                s
+                let (fresh, rec) = self.load_session(entry, false)?;
+                self.record_recovery(id, rec);
+                fresh
             }
             None => {
                 let pending = self.inner.pending.lock().expect("pending lock");
@@ -337,9 +401,61 @@ impl Store {
                 self.new_session(header)?
             }
         };
-        let s = Arc::new(Mutex::new(session));
-        sessions.insert(id.to_owned(), s.clone());
-        Ok(s)
+        *s = fresh;
+        Ok(())
+    }
+
+    /// Records how session `id` was loaded, for [`Store::recovery`].
+    pub(super) fn record_recovery(&self, id: &str, rec: Recovery) {
+        self.inner
+            .recoveries
+            .lock()
+            .expect("lock")
+            .insert(id.to_owned(), rec);
+    }
+
+    /// Brings a session this handle does not write up to date with its
+    /// files: another handle may have appended, sealed a segment, or
+    /// replaced or deleted the session since it was loaded. The common case,
+    /// nothing new, costs a `stat` and one positional read of 8 bytes.
+    fn refresh(&self, s: &mut Session) -> Result<()> {
+        if s.lock.is_some() || s.unpublished {
+            return Ok(()); // nobody else writes it
+        }
+        let vfs = &*self.inner.options.vfs;
+        let id = s.header.id.clone();
+        match vfs.metadata(&s.dir) {
+            Ok(m) if m.ino == s.dir_ino => {}
+            // Replaced (or deleted and created again) by another handle.
+            Ok(_) => return self.load_into(s, &id),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotFound(id));
+            }
+            Err(e) => {
+                return Err(Error::Io {
+                    path: s.dir.clone(),
+                    source: e,
+                });
+            }
+        }
+        let Some(end) = s.active_end else {
+            // No active segment: the writer may have started one since.
+            let next = s.dir.join(segment::segment_file_name(s.next_seq()));
+            if vfs.exists(&next) {
+                return self.load_into(s, &id);
+            }
+            return Ok(());
+        };
+        let seg = s.segs.last().expect("an active segment is mapped");
+        let (path, first_seq) = (seg.path.clone(), seg.first_seq);
+        let ident = s.ident(self.inner.store_id, first_seq);
+        match self.visible_end(&id, &path, &ident, end)? {
+            segment::Committed::Records { end: e } if e == end => Ok(()),
+            segment::Committed::Records { end: e } => self.fold_new_records(s, e),
+            // Sealed (and maybe a new segment started): load again, which
+            // costs the records since the checkpoint.
+            segment::Committed::Sealed { .. } => self.load_into(s, &id),
+        }
     }
 
     pub(super) fn session_dir(&self, id: &str) -> Result<PathBuf> {
@@ -373,6 +489,10 @@ impl Store {
             defer_sync: false,
             active_end: None,
             unverified: None,
+            lock: None,
+            dir_ino: 0,
+            placeholder: false,
+            used: 0,
         })
     }
 
@@ -392,18 +512,71 @@ impl Store {
             .collect();
         for session in sessions {
             let mut s = session.lock().expect("session lock");
-            if s.since_checkpoint > 0 && !s.poisoned {
+            if s.since_checkpoint > 0 && !s.poisoned && s.lock.is_some() {
                 self.write_checkpoint(&mut s, true)?;
             }
         }
         Ok(())
     }
 
-    /// Flushes and releases the store.
+    /// Flushes and closes the store: every session is synced, checkpointed
+    /// and released (its writer lock too, so another handle may write it at
+    /// once). Every later call on this handle or any clone of it fails with
+    /// [`Error::Closed`].
     pub fn close(self) -> Result<()> {
         // Stop the group-commit thread first: flush then syncs what is left.
         self.inner.stop_group_commit();
-        self.flush()
+        let flushed = self.flush();
+        self.inner.closed.store(true, Ordering::Release);
+        let sessions: Vec<_> = self
+            .inner
+            .sessions
+            .write()
+            .expect("sessions lock")
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
+        let mut released = Ok(());
+        for slot in sessions {
+            let mut s = slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Err(e) = s.release() {
+                released = released.and(Err(e));
+            }
+        }
+        flushed.and(released)
+    }
+
+    /// Evicts idle sessions (not in use by another thread) from a full map,
+    /// least recently used first: a quarter of the map, so eviction is rare.
+    /// An evicted session is synced, its preallocated tail trimmed and its
+    /// writer lock released; loading it again costs a checkpoint read.
+    fn evict(&self, sessions: &mut HashMap<String, Arc<Mutex<Session>>>) {
+        let mut idle: Vec<(u64, String)> = sessions
+            .iter()
+            .filter(|(_, slot)| Arc::strong_count(slot) == 1)
+            .filter_map(|(id, slot)| {
+                let s = slot.try_lock().ok()?;
+                Some((s.used, id.clone()))
+            })
+            .collect();
+        idle.sort();
+        let want = (sessions.len() / 4).max(1);
+        for (_, id) in idle.into_iter().take(want) {
+            let Some(slot) = sessions.get(&id) else {
+                continue;
+            };
+            let released = match slot.try_lock() {
+                Ok(mut s) => s.release().is_ok(),
+                Err(_) => false,
+            };
+            // A session whose sync failed stays (poisoned), so the failure
+            // is reported to its next user rather than lost.
+            if released {
+                sessions.remove(&id);
+            }
+        }
     }
 
     /// Maps a segment through the store's file system. Segment files are

@@ -22,10 +22,76 @@ pub struct Recovery {
     pub rebuild_reason: Option<String>,
     /// Events folded after the checkpoint.
     pub replayed: u64,
-    /// Bytes of torn tail discarded.
+    /// Where a torn tail was cut (found by the session's writer, which
+    /// alone can tell a torn write from one in progress).
     pub torn_at: Option<u64>,
     /// Closers appended (or, read-only, synthesised in memory).
     pub closers: u64,
+}
+
+/// The bytes of a mapped active segment up to its committed end: a reader
+/// must never touch the mapped bytes past it (see
+/// [`segment::committed_end`]).
+struct CommittedPrefix(SegmentBytes, usize);
+
+impl CommittedPrefix {
+    /// The first `end` bytes of `map` (all of it if shorter: a file the
+    /// walk found empty or cut).
+    fn of(map: SegmentBytes, end: u64) -> SegmentBytes {
+        let end = usize::try_from(end).unwrap_or(usize::MAX).min(map.len());
+        SegmentBytes::new(CommittedPrefix(map, end))
+    }
+}
+
+impl std::ops::Deref for CommittedPrefix {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0[..self.1]
+    }
+}
+
+/// Folds one stored batch (a record of segment `seg_first`, mapped as
+/// `map`) into the session and its read indexes; returns its event count.
+/// The state must be materialised. A batch that does not decode or breaks
+/// a rule was written whole and checksummed, so it is corruption.
+fn fold_stored(
+    s: &mut Session,
+    seg_first: u64,
+    map: &SegmentBytes,
+    path: &Path,
+    b: &segment::BatchLoc,
+) -> Result<u64> {
+    let id = s.header.id.clone();
+    let corrupt = |reason: String| Error::Corrupt {
+        session: id.clone(),
+        segment: path.to_owned(),
+        offset: b.offset,
+        reason,
+    };
+    let r = b.codec_range();
+    let events = codec::decode_batch(
+        &map[r.start as usize..r.end as usize],
+        b.first_seq,
+        b.count,
+        0,
+    )
+    .map_err(|e| corrupt(format!("batch does not decode: {e}")))?;
+    let Session {
+        state,
+        segs,
+        node_locs,
+        ..
+    } = &mut *s;
+    let view = View { segs, node_locs };
+    state
+        .append_batch(&events, &view)
+        .map_err(|v| corrupt(format!("stored batch breaks a rule: {v}")))?;
+    let last_time = events.last().map_or(s.last_time, |e| e.time);
+    s.index_batch(seg_first, map, b, last_time, |i| {
+        verbatim_range(map, events[i].data.get())
+    })
+    .map_err(corrupt)?;
+    Ok(events.len() as u64)
 }
 
 /// The length of segment `segment` among the files found at load.
@@ -92,8 +158,17 @@ pub(super) fn install(
 
 impl Store {
     /// Loads a stored session: verify the checkpoint against the log, map
-    /// the segments, fold the events after the checkpoint, handle a torn
-    /// tail, close an interrupted turn.
+    /// the segments, fold the events after the checkpoint.
+    ///
+    /// `authoritative`: this handle holds the session's writer lock, so
+    /// nothing else changes the files: a torn tail is found and cut, a seal
+    /// a crash interrupted is finished, and the session gets its segment
+    /// writer. Otherwise (a reader, in any process) the files are only
+    /// read, the active segment's records are found with positional reads
+    /// (the writer may seal and cut it at any moment), and the load stops
+    /// at the first record that is not complete, without judging it.
+    /// Loading never appends: the closers an interrupted turn needs are the
+    /// caller's to append ([`Session::closers`]).
     ///
     /// Cost: O(segments) for the sealed segments the checkpoint covers (their
     /// footers are checked, not their records), O(batches) to check the
@@ -104,9 +179,9 @@ impl Store {
     pub(super) fn load_session(
         &self,
         entry: SessionEntry,
-        repair: bool,
+        authoritative: bool,
     ) -> Result<(Session, Recovery)> {
-        self.load_session_with(entry, repair, true)
+        self.load_session_with(entry, authoritative, true)
     }
 
     /// [`Store::load_session`], ignoring the checkpoint unless
@@ -115,11 +190,11 @@ impl Store {
     pub(super) fn load_session_with(
         &self,
         entry: SessionEntry,
-        repair: bool,
+        authoritative: bool,
         use_checkpoint: bool,
     ) -> Result<(Session, Recovery)> {
         let restart = |why: String| -> Result<(Session, Recovery)> {
-            let (s, mut rec) = self.load_session_with(entry.clone(), repair, false)?;
+            let (s, mut rec) = self.load_session_with(entry.clone(), authoritative, false)?;
             rec.rebuild_reason = Some(why);
             Ok((s, rec))
         };
@@ -129,6 +204,7 @@ impl Store {
         s.dir = entry.dir.clone();
         s.unpublished = false;
         let vfs = &*self.inner.options.vfs;
+        s.dir_ino = vfs.metadata(&s.dir).map_err(io_at(&s.dir))?.ino;
         s.lineage = Lineage::read_with(vfs, &s.dir).map_err(|reason| Error::Corrupt {
             session: s.header.id.clone(),
             segment: s.dir.join(crate::lineage::LINEAGE_FILE),
@@ -170,25 +246,51 @@ impl Store {
         match opened {
             Ok(ck) => {
                 let c = ck.coverage();
-                let found = files.iter().position(|(f, _)| *f == c.segment_first_seq);
-                let ok = found.is_some_and(|i| {
-                    segment::record_at(
-                        &maps[i],
-                        &ident_of(c.segment_first_seq),
-                        c.last_record_offset,
-                    )
-                    .is_some_and(|loc| {
-                        loc.end() == c.end_offset
-                            && loc.last_seq() + 1 == c.next_seq
-                            && crc_at(&maps[i], loc.offset) == c.last_record_crc
-                    })
-                });
-                let batches = ck.batches();
-                let consistent = if ok {
-                    batches_consistent(&batches, &files, &maps)
-                } else {
-                    Err("checkpoint does not match the log".into())
+                // A checkpoint only ever covers synced records, and synced
+                // records never change or go away (a torn-tail cut and a
+                // seal only remove bytes past them). So a covered record
+                // that is missing, cut or different is damage to the log,
+                // never a crash: refuse, naming the file, rather than
+                // rebuild a shorter log from what is left.
+                let seg_path = s.dir.join(segment::segment_file_name(c.segment_first_seq));
+                let missing = |reason: String| Error::Corrupt {
+                    session: id.clone(),
+                    segment: seg_path.clone(),
+                    offset: c.last_record_offset,
+                    reason,
                 };
+                let Some(i) = files.iter().position(|(f, _)| *f == c.segment_first_seq) else {
+                    return Err(missing(format!(
+                        "the segment is missing, but the checkpoint covers its records up to seq {}",
+                        c.next_seq.saturating_sub(1)
+                    )));
+                };
+                if (maps[i].len() as u64) < c.end_offset {
+                    return Err(missing(format!(
+                        "the segment is {} bytes, but the checkpoint covers records up to offset {} (seq {})",
+                        maps[i].len(),
+                        c.end_offset,
+                        c.next_seq.saturating_sub(1)
+                    )));
+                }
+                let ok = segment::record_at(
+                    &maps[i],
+                    &ident_of(c.segment_first_seq),
+                    c.last_record_offset,
+                )
+                .is_some_and(|loc| {
+                    loc.end() == c.end_offset
+                        && loc.last_seq() + 1 == c.next_seq
+                        && crc_at(&maps[i], loc.offset) == c.last_record_crc
+                });
+                if !ok {
+                    return Err(missing(format!(
+                        "the record the checkpoint ends at (seq {}) is not there: damaged or replaced",
+                        c.next_seq.saturating_sub(1)
+                    )));
+                }
+                let batches = ck.batches();
+                let consistent = batches_consistent(&batches, &files, &maps);
                 if let Err(why) = consistent {
                     rec.rebuild_reason = Some(why);
                 } else {
@@ -263,6 +365,22 @@ impl Store {
                     continue; // wholly covered by the checkpoint
                 }
             }
+            // A reader sees the active segment only up to its committed end,
+            // found with positional reads: bytes past it may be cut away by
+            // the writer's seal while we look (a mapped page past the end of
+            // the file raises SIGBUS; a read comes back short).
+            let mut map = map;
+            if last && !authoritative {
+                let resume = covered
+                    .filter(|c| c.segment_first_seq == first_seq)
+                    .map_or(segment::HEADER_LEN as u64, |c| c.end_offset);
+                map = match self.visible_end(&id, path, &ident, resume)? {
+                    segment::Committed::Records { end } => CommittedPrefix::of(map, end),
+                    // Sealed meanwhile: the file is cut and immutable now.
+                    segment::Committed::Sealed { .. } => self.map_file(path)?,
+                };
+                s.segs.last_mut().expect("pushed").map = map.clone();
+            }
             let scan = match covered.filter(|c| c.segment_first_seq == first_seq) {
                 Some(c) => {
                     segment::scan_from(&map, &ident, &scan_opts(!last), c.end_offset, c.next_seq)
@@ -281,39 +399,18 @@ impl Store {
                     drop(s);
                     return restart(why);
                 }
-                let r = b.codec_range();
-                let events = codec::decode_batch(
-                    &map[r.start as usize..r.end as usize],
-                    b.first_seq,
-                    b.count,
-                    0,
-                )
-                .map_err(|e| corrupt(path, b.offset, format!("batch does not decode: {e}")))?;
-                let Session {
-                    state,
-                    segs,
-                    node_locs,
-                    ..
-                } = &mut s;
-                let view = View { segs, node_locs };
-                state.append_batch(&events, &view).map_err(|v| {
-                    corrupt(path, b.offset, format!("stored batch breaks a rule: {v}"))
-                })?;
-                let last_time = events.last().map_or(s.last_time, |e| e.time);
-                s.index_batch(first_seq, &map, b, last_time, |i| {
-                    verbatim_range(&map, events[i].data.get())
-                })
-                .map_err(|why| corrupt(path, b.offset, why))?;
-                rec.replayed += events.len() as u64;
+                rec.replayed += fold_stored(&mut s, first_seq, &map, path, b)?;
             }
             if last {
                 expected_first = s.next_seq();
-                if let Tail::Torn { offset, .. } = scan.tail {
+                if let Tail::Torn { offset, .. } = scan.tail
+                    && authoritative
+                {
                     torn = Some((path.clone(), offset));
                     rec.torn_at = Some(offset);
                 }
                 if scan.is_sealed() {
-                    if !self.inner.read_only {
+                    if authoritative {
                         // A crash between the footer write and the cut.
                         SegmentWriter::complete_seal_with(vfs, path, &scan)
                             .map_err(|e| segment_error(&id, path, e))?;
@@ -329,8 +426,10 @@ impl Store {
         // Replayed events are not in any checkpoint yet: the next flush
         // writes one, so the next open does not replay them again.
         s.since_checkpoint = rec.replayed;
-        if self.inner.read_only {
-            rec.closers = s.closers().len() as u64;
+        if !authoritative {
+            if self.synthesises_closers(&id) {
+                rec.closers = s.closers().len() as u64;
+            }
             return Ok((s, rec));
         }
         if let Some((path, offset)) = torn {
@@ -352,17 +451,84 @@ impl Store {
                 .map_err(|e| segment_error(&id, &path, e))?;
             s.writer = Some(w);
         }
-        if repair && !s.closers().is_empty() {
-            // Closers are folded: the checkpoint's state is needed now.
-            if let Some(ck) = s.lazy.take()
-                && let Err(why) = install(&mut s, &ck, |seg| len_in(&files, &maps, seg))
-            {
-                drop(s);
-                return restart(why);
-            }
-            rec.closers = self.append_closers(&mut s)?.len() as u64;
-        }
         Ok((s, rec))
+    }
+
+    /// Where the records of the active segment `path` that a reader may
+    /// use end, walking from `from` ([`segment::committed_end`]). When the
+    /// walk stops at something other than zeros or the end of the file (a
+    /// record in progress, a torn one, or damage), the whole file is
+    /// scanned with the torn-versus-corrupt rules: a bad record followed by
+    /// a valid one is corruption, reported, never hidden as a shorter log.
+    /// A record still being written can look bad for one read while the
+    /// next one is already complete, so a verdict of corruption stands only
+    /// if a second walk and scan agree.
+    pub(super) fn visible_end(
+        &self,
+        id: &str,
+        path: &Path,
+        ident: &SegmentIdent,
+        from: u64,
+    ) -> Result<segment::Committed> {
+        let vfs = &*self.inner.options.vfs;
+        let max = self
+            .inner
+            .options
+            .max_record
+            .max(segment::DEFAULT_MAX_RECORD);
+        let opts = ScanOptions {
+            max_record: max,
+            expect_sealed: false,
+        };
+        let mut attempt = 0;
+        loop {
+            let file = vfs.open(path, false).map_err(io_at(path))?;
+            let found = segment::committed_end(&*file, ident, from, max).map_err(io_at(path))?;
+            let segment::Committed::Records { end } = found else {
+                return Ok(found);
+            };
+            let mut head = [0u8; 8];
+            let n = file.read_at(&mut head, end).map_err(io_at(path))?;
+            if n < head.len() || head == [0; 8] {
+                return Ok(found); // zeros or the end of the file
+            }
+            let bytes = vfs.read_file(path).map_err(io_at(path))?;
+            match segment::scan(&bytes, ident, &opts) {
+                Err(segment::SegmentError::Corrupt { .. }) if attempt == 0 => attempt += 1,
+                Err(e) => return Err(segment_error(id, path, e)),
+                // A record in progress or torn: the writer (now or next)
+                // decides which; a reader stops before it.
+                Ok(_) => return Ok(found),
+            }
+        }
+    }
+
+    /// Folds the records another writer appended to the active segment
+    /// since this (reading) handle last looked: they end at `end`, found by
+    /// [`segment::committed_end`]. Only bytes below `end` are touched.
+    pub(super) fn fold_new_records(&self, s: &mut Session, end: u64) -> Result<()> {
+        self.materialise(s)?;
+        let from = s.active_end.expect("an active segment");
+        let seg = s.segs.last().expect("an active segment is mapped");
+        let (path, seg_first) = (seg.path.clone(), seg.first_seq);
+        let ident = s.ident(self.inner.store_id, seg_first);
+        let map = CommittedPrefix::of(self.map_file(&path)?, end);
+        let opts = ScanOptions {
+            max_record: self
+                .inner
+                .options
+                .max_record
+                .max(segment::DEFAULT_MAX_RECORD),
+            expect_sealed: false,
+        };
+        let scan = segment::scan_from(&map, &ident, &opts, from, s.next_seq())
+            .map_err(|e| segment_error(&s.header.id, &path, e))?;
+        s.segs.last_mut().expect("active").map = map.clone();
+        for b in &scan.batches {
+            fold_stored(s, seg_first, &map, &path, b)?;
+        }
+        s.active_end = Some(scan.valid_end.max(from));
+        Ok(())
     }
 
     /// Decodes what the session's checkpoint left in place at open (its
@@ -384,17 +550,20 @@ impl Store {
         };
         drop(ck);
         let id = s.header.id.clone();
-        // The rebuild replaces the session whole (its writer too); the old
-        // one never appended anything after its checkpoint.
+        // The rebuild replaces the session whole (its writer too, under the
+        // same writer lock); the old one never appended anything after its
+        // checkpoint.
         let placeholder = self.new_session(s.header.clone())?;
-        let old = std::mem::replace(s, placeholder);
+        let mut old = std::mem::replace(s, placeholder);
         let entry = SessionEntry {
             header: old.header.clone(),
             uid: old.uid,
             dir: old.dir.clone(),
         };
+        let lock = old.lock.take();
         drop(old);
-        let (fresh, mut rec) = self.load_session_with(entry, true, false)?;
+        let (mut fresh, mut rec) = self.load_session_with(entry, lock.is_some(), false)?;
+        fresh.lock = lock;
         rec.rebuild_reason = Some(why);
         *s = fresh;
         self.inner.recoveries.lock().expect("lock").insert(id, rec);

@@ -7,6 +7,7 @@
 //!   atomic renames that change that set;
 //! - [`handle`]: the [`Store`] handle: open, the map of loaded sessions,
 //!   flush, close, group commit;
+//! - [`locks`]: per-session writer locks, shared by every process;
 //! - [`session`]: one loaded session and its read indexes;
 //! - [`load`]: loading and recovering a session from its files;
 //! - [`write`]: the append path and the store-level changes built on it;
@@ -20,6 +21,7 @@
 pub(crate) mod error;
 pub(crate) mod handle;
 pub(crate) mod load;
+pub(crate) mod locks;
 pub(crate) mod options;
 pub(crate) mod read;
 pub(crate) mod registry;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 /// When an append is durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Durability {
     /// `fdatasync` before `append` returns (the default).
     Sync,
@@ -20,7 +21,8 @@ pub enum Durability {
     None,
 }
 
-/// Store options.
+/// Store options. Build them with struct update syntax over
+/// [`Options::default`].
 #[derive(Debug, Clone)]
 pub struct Options {
     /// When appends are durable.
@@ -38,6 +40,19 @@ pub struct Options {
     pub preallocate: u64,
     /// Also enforce the strict invariants on append.
     pub strict: bool,
+    /// Sessions a handle keeps loaded at once (default 512). Past it, the
+    /// least recently used idle ones are released (synced, their
+    /// preallocated space trimmed, their writer lock given back), so open
+    /// files stay bounded however many sessions one process touches: a
+    /// loaded session holds at most one file descriptor, its active
+    /// segment's, while this handle writes it.
+    pub max_open_sessions: usize,
+    /// When this handle takes a session for writing and its last turn is
+    /// open (its previous writer stopped mid-turn), append the harness's
+    /// closers first (default `true`). A caller that repairs on its own
+    /// terms (the harness's coordinator does) turns this off and uses
+    /// [`Store::repair`].
+    pub close_interrupted_turns: bool,
     /// The file system every file operation goes through (default: the
     /// real one, [`crate::vfs::RealFs`]).
     pub vfs: Arc<dyn Vfs>,
@@ -52,6 +67,8 @@ impl Default for Options {
             checkpoint_every: 65_536,
             preallocate: segment::DEFAULT_PREALLOCATE,
             strict: false,
+            max_open_sessions: 512,
+            close_interrupted_turns: true,
             vfs: crate::vfs::real(),
         }
     }

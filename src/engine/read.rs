@@ -60,17 +60,30 @@ pub struct SessionStats {
 impl Store {
     /// The session's header and events.
     pub fn load(&self, id: &str) -> Result<(SessionHeader, Vec<OwnedEvent>)> {
-        let events = self.read_from(id, 0)?;
-        let session = self.session(id)?;
-        let header = session.lock().expect("session lock").header.clone();
-        Ok((header, events))
+        self.with_session(id, |s| {
+            let events = self.read_from_locked(s, id, 0, u64::MAX)?;
+            Ok((s.header.clone(), events))
+        })
     }
 
-    /// The events from `seq` on.
+    /// The events from `seq` on: every batch acknowledged so far, by any
+    /// writer in any process (a handle that does not write the session
+    /// looks for new records first).
     pub fn read_from(&self, id: &str, seq: u64) -> Result<Vec<OwnedEvent>> {
-        let session = self.session(id)?;
-        let s = session.lock().expect("session lock");
-        self.read_from_locked(&s, id, seq, u64::MAX)
+        self.with_session(id, |s| self.read_from_locked(s, id, seq, u64::MAX))
+    }
+
+    /// Whether reads of session `id` show an open last turn closed, with
+    /// closers synthesised in memory: on a read-only handle, when no writer
+    /// holds the session (then the turn was interrupted; a live writer's
+    /// open turn is just in progress).
+    pub(super) fn synthesises_closers(&self, id: &str) -> bool {
+        self.inner.read_only
+            && !self
+                .inner
+                .locks
+                .as_ref()
+                .is_some_and(|l| l.is_locked_elsewhere(id).unwrap_or(true))
     }
 
     /// The events with seqs in `seq..until`, decoding only the batches that
@@ -84,7 +97,7 @@ impl Store {
     ) -> Result<Vec<OwnedEvent>> {
         let start = s.batches.after_seq(seq).saturating_sub(1);
         let mut closers = Vec::new();
-        if self.inner.read_only {
+        if self.synthesises_closers(id) {
             closers = s.closers();
         }
         let stored_end = s.next_seq().min(until);
@@ -172,10 +185,12 @@ impl Store {
 
     /// The session's surface.
     pub fn surface(&self, id: &str) -> Result<Surface> {
-        let session = self.session(id)?;
-        let mut s = session.lock().expect("session lock");
-        self.materialise(&mut s)?;
-        if self.inner.read_only && s.state.repair().is_open() {
+        self.with_session(id, |s| self.surface_locked(s, id))
+    }
+
+    fn surface_locked(&self, s: &mut Session, id: &str) -> Result<Surface> {
+        self.materialise(s)?;
+        if self.synthesises_closers(id) && s.state.repair().is_open() {
             let mut state = s.state.clone();
             let snap = s.snapshot();
             let closers = state.closers();
@@ -189,18 +204,18 @@ impl Store {
 
     /// The derived messages, zero-copy from the mapped segments.
     pub fn derive(&self, id: &str) -> Result<Derived> {
-        let session = self.session(id)?;
-        let mut s = session.lock().expect("session lock");
-        self.materialise(&mut s)?;
-        self.verify_covered(&mut s)?;
-        let snapshot = s.snapshot();
-        let Session { derive, state, .. } = &mut *s;
-        derive
-            .update(state.surface(), &snapshot)
-            .map_err(|e| Error::Store(format!("session {id:?}: {e}")))?;
-        Ok(Derived {
-            snapshot,
-            cache: s.derive.clone(),
+        self.with_session(id, |s| {
+            self.materialise(s)?;
+            self.verify_covered(s)?;
+            let snapshot = s.snapshot();
+            let Session { derive, state, .. } = &mut *s;
+            derive
+                .update(state.surface(), &snapshot)
+                .map_err(|e| Error::Store(format!("session {id:?}: {e}")))?;
+            Ok(Derived {
+                snapshot,
+                cache: s.derive.clone(),
+            })
         })
     }
 
@@ -210,9 +225,11 @@ impl Store {
     /// loaded state. Damage is an [`Error::Corrupt`] naming the segment and
     /// offset.
     pub fn verify(&self, id: &str) -> Result<VerifyReport> {
-        let session = self.session(id)?;
-        let mut s = session.lock().expect("session lock");
-        self.materialise(&mut s)?;
+        self.with_session(id, |s| self.verify_locked(s, id))
+    }
+
+    fn verify_locked(&self, s: &mut Session, id: &str) -> Result<VerifyReport> {
+        self.materialise(s)?;
         let mut report = VerifyReport::default();
         let mut state = SessionState::new(self.inner.options.strict);
         let mut log: Vec<OwnedEvent> = Vec::new();
@@ -223,20 +240,26 @@ impl Store {
                 session_uid: s.lineage.owner(seg.first_seq).unwrap_or(s.uid),
                 first_seq: seg.first_seq,
             };
-            // Read the file afresh: the check is of what is on disk.
-            let bytes = self
+            // Read the file afresh: the check is of what is on disk. The
+            // active segment of a session another handle may be writing
+            // counts up to its committed end: past it a record may be in
+            // progress, which only its writer can tell from a torn one.
+            let mut bytes = self
                 .inner
                 .options
                 .vfs
                 .read_file(&seg.path)
                 .map_err(io_at(&seg.path))?;
+            if let (true, None, Some(end)) = (i == last, &s.lock, s.active_end) {
+                bytes.truncate(end as usize);
+            }
             let opts = ScanOptions {
                 max_record: self
                     .inner
                     .options
                     .max_record
                     .max(segment::DEFAULT_MAX_RECORD),
-                expect_sealed: i < last || s.writer.is_none() && !self.inner.read_only,
+                expect_sealed: i < last || s.lock.is_some() && s.writer.is_none(),
             };
             let scan = segment::scan(&bytes, &ident, &opts)
                 .map_err(|e| segment_error(id, &seg.path, e))?;
@@ -286,8 +309,10 @@ impl Store {
 
     /// Size and checkpoint figures of a session.
     pub fn stats(&self, id: &str) -> Result<SessionStats> {
-        let session = self.session(id)?;
-        let s = session.lock().expect("session lock");
+        self.with_session(id, |s| self.stats_locked(s, id))
+    }
+
+    fn stats_locked(&self, s: &mut Session, id: &str) -> Result<SessionStats> {
         let mut bytes = 0;
         for (i, seg) in s.segs.iter().enumerate() {
             let last = i + 1 == s.segs.len();
@@ -301,7 +326,7 @@ impl Store {
         }
         // Stored events only: a read-only view's synthesised closers are not
         // on disk.
-        let events = self.read_from_locked(&s, id, 0, s.next_seq())?;
+        let events = self.read_from_locked(s, id, 0, s.next_seq())?;
         let mut jsonl_bytes = 0u64;
         let mut buf = Vec::new();
         for e in &events {

@@ -16,11 +16,17 @@
 //! * a deleted (or replaced) session's directory is renamed into
 //!   `sessions/.trash/` first, then removed.
 //!
+//! Entries of `.staging` and `.trash` are named `<lock key>-<32 hex>`, the
+//! lock key (16 hex digits) being their session's writer lock
+//! ([`super::locks`]): whoever builds or removes one holds that lock, so a
+//! cleaner that gets the lock knows the entry is left over from a crash.
+//!
 //! Names starting with `.` are the registry's own: an encoded session id
 //! never starts with one ([`encode_session_dir_name`]). Any other entry that
 //! is not a session (no `HEADER`, a damaged one, or one naming another id)
 //! is *unaccounted*: reported by [`Registry::scan`], never deleted.
 
+use super::locks::{SessionLock, lock_key};
 use crate::fsutil::{self, encode_session_dir_name};
 use crate::header::SessionHeader;
 use crate::vfs::Vfs;
@@ -183,7 +189,6 @@ impl Registry {
             r.ensure_dir(&r.sessions, store_dir)?;
             r.ensure_dir(&r.staging, &r.sessions)?;
             r.ensure_dir(&r.trash, &r.sessions)?;
-            r.empty_trash()?;
         }
         Ok(r)
     }
@@ -201,22 +206,40 @@ impl Registry {
         self.vfs.sync_dir(parent).map_err(io_at(parent))
     }
 
-    /// Removes what `.trash` holds: sessions whose delete or replacement was
-    /// durable (their rename into the trash was synced), so nothing there
-    /// is unaccounted for.
-    fn empty_trash(&self) -> Result<(), (PathBuf, io::Error)> {
-        let names = self.vfs.read_dir(&self.trash).map_err(io_at(&self.trash))?;
-        for name in &names {
-            let path = self.trash.join(name);
-            match self.vfs.remove_dir_all(&path) {
-                Ok(()) => {}
-                // Another process empties it too.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err((path, e)),
+    /// Removes what a crash left in `.staging` (sessions never published,
+    /// so never acknowledged) and `.trash` (sessions whose delete or
+    /// replacement was already durable). An entry whose session lock
+    /// `try_lock` cannot get is another live handle's work in progress and
+    /// is left alone; so is any entry not named `<lock key>-...` (nothing
+    /// the store cannot account for is deleted).
+    pub(crate) fn clean_up(
+        &self,
+        try_lock: impl Fn(u64) -> io::Result<Option<SessionLock>>,
+    ) -> Result<(), (PathBuf, io::Error)> {
+        for dir in [&self.staging, &self.trash] {
+            let names = match self.vfs.read_dir(dir) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err((dir.clone(), e)),
+            };
+            let mut removed = false;
+            for name in names {
+                let Some(key) = key_of(&name.to_string_lossy()) else {
+                    continue;
+                };
+                let path = dir.join(&name);
+                let Some(_lock) = try_lock(key).map_err(io_at(&path))? else {
+                    continue;
+                };
+                match self.vfs.remove_dir_all(&path) {
+                    Ok(()) => removed = true,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err((path, e)),
+                }
             }
-        }
-        if !names.is_empty() {
-            self.vfs.sync_dir(&self.trash).map_err(io_at(&self.trash))?;
+            if removed {
+                self.vfs.sync_dir(dir).map_err(io_at(dir))?;
+            }
         }
         Ok(())
     }
@@ -316,7 +339,9 @@ impl Registry {
         header: &SessionHeader,
         uid: &[u8; 16],
     ) -> Result<PathBuf, (PathBuf, io::Error)> {
-        let dir = self.staging.join(hex(uid));
+        let dir = self
+            .staging
+            .join(format!("{:016x}-{}", lock_key(&header.id), hex(uid)));
         self.vfs.create_dir(&dir).map_err(io_at(&dir))?;
         let path = dir.join(HEADER_FILE);
         let written = (|| {
@@ -385,12 +410,15 @@ impl Registry {
         Ok(live)
     }
 
-    /// Removes session `id`: its directory is renamed into the trash
-    /// (durably: from then on the session does not exist), then removed.
-    pub(crate) fn remove(&self, dir: &Path, uid: &[u8; 16]) -> Result<(), (PathBuf, io::Error)> {
-        let gone = self
-            .trash
-            .join(format!("{}-{}", hex(uid), hex(&fsutil::random_id())));
+    /// Removes session `id` (live at `dir`): its directory is renamed into
+    /// the trash (durably: from then on the session does not exist), then
+    /// removed. The caller holds the session's writer lock.
+    pub(crate) fn remove(&self, dir: &Path, id: &str) -> Result<(), (PathBuf, io::Error)> {
+        let gone = self.trash.join(format!(
+            "{:016x}-{}",
+            lock_key(id),
+            hex(&fsutil::random_id())
+        ));
         self.vfs.rename(dir, &gone).map_err(io_at(dir))?;
         self.vfs
             .sync_dir(&self.sessions)
@@ -400,28 +428,27 @@ impl Registry {
         self.vfs.sync_dir(&self.trash).map_err(io_at(&self.trash))
     }
 
-    /// Throws away a staged (never published, or replaced) session.
+    /// Throws away a staged (never published, or replaced) session. The
+    /// caller holds the session's writer lock.
     pub(crate) fn discard(&self, staged: &Path) -> Result<(), (PathBuf, io::Error)> {
-        let name = staged.file_name().unwrap_or_default();
-        let gone = self.trash.join(format!(
-            "{}-{}",
-            name.to_string_lossy(),
-            hex(&fsutil::random_id())
-        ));
+        let name = staged.file_name().unwrap_or_default().to_string_lossy();
+        let key = key_of(&name).unwrap_or_default();
+        let gone = self
+            .trash
+            .join(format!("{key:016x}-{}", hex(&fsutil::random_id())));
         self.vfs.rename(staged, &gone).map_err(io_at(staged))?;
         self.vfs.remove_dir_all(&gone).map_err(io_at(&gone))?;
         self.vfs.sync_dir(&self.trash).map_err(io_at(&self.trash))
     }
+}
 
-    /// The staged directories: sessions being built by this or another
-    /// process, or left by a crash.
-    pub(crate) fn staged(&self) -> Result<Vec<PathBuf>, (PathBuf, io::Error)> {
-        match self.vfs.read_dir(&self.staging) {
-            Ok(names) => Ok(names.into_iter().map(|n| self.staging.join(n)).collect()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err((self.staging.clone(), e)),
-        }
+/// The lock key an entry of `.staging` or `.trash` is named by.
+fn key_of(name: &str) -> Option<u64> {
+    let (key, _) = name.split_once('-')?;
+    if key.len() != 16 {
+        return None;
     }
+    u64::from_str_radix(key, 16).ok()
 }
 
 /// 32 lower-case hex digits.

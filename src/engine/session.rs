@@ -2,6 +2,7 @@
 //! (when this handle writes it) its active segment writer.
 
 use super::error::{Error, Result};
+use super::locks::SessionLock;
 use crate::checkpoint::{BatchEntry, BatchIndex, Checkpoint, DataLoc};
 use crate::derive::DeriveCache;
 use crate::event::OwnedEvent;
@@ -65,6 +66,18 @@ pub(super) struct Session {
     /// scanned then: (segment, end offset). Checked before derive reads
     /// message data from it.
     pub(super) unverified: Option<(u64, u64)>,
+    /// This handle's writer lock on the session: held from its first write
+    /// until the session is closed or evicted. Without it the session is
+    /// read only, and refreshed from the files before each read.
+    pub(super) lock: Option<SessionLock>,
+    /// The inode of `dir` when loaded: another number means the session was
+    /// replaced (or deleted and created again) by another handle.
+    pub(super) dir_ino: u64,
+    /// An entry of the session map not loaded yet (or whose load failed):
+    /// its first user loads it.
+    pub(super) placeholder: bool,
+    /// When the session was last used (the handle's clock), for eviction.
+    pub(super) used: u64,
 }
 
 /// What a reader sees: the mapped segments and where the data lies.
@@ -171,6 +184,38 @@ impl Session {
         }
         self.dirty = false;
         Ok(())
+    }
+
+    /// Lets the session go: syncs what is unsynced, trims the active
+    /// segment's preallocated zeros (space a closed session should not
+    /// keep: 1,000 small sessions would otherwise hold 1,000 MiB), and
+    /// releases the writer lock. A failed sync poisons the session and is
+    /// returned; the lock is then kept, so nobody else writes past a batch
+    /// whose fate is unknown until this handle is dropped.
+    pub(super) fn release(&mut self) -> Result<()> {
+        if self.lock.is_none() {
+            return Ok(());
+        }
+        if self.poisoned {
+            return Err(Error::Poisoned(self.header.id.clone()));
+        }
+        self.sync_if_dirty()?;
+        if let Some(w) = &mut self.writer {
+            // Only zeros past the last record go; a reader never touches
+            // bytes past the committed end, so none can fault on the cut.
+            // Losing the cut to a crash leaves zeros, which read as the end.
+            let _ = w.trim();
+            // Read-only from here on: refreshed from its committed end.
+            self.active_end = Some(w.len());
+        }
+        self.writer = None;
+        self.lock = None;
+        Ok(())
+    }
+
+    /// Whether the last segment is still active (not sealed).
+    pub(super) fn last_is_active(&self) -> bool {
+        self.writer.is_some() || self.active_end.is_some()
     }
 
     /// [`Session::sync_now`] when appends are waiting for a sync.

@@ -15,7 +15,15 @@ use crate::lineage::Lineage;
 use crate::segment::{self, SegmentIdent, SegmentWriter};
 use crate::vfs::SegmentBytes;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+
+/// How [`Store::build_and_publish`] may publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Publish {
+    /// The id must not exist.
+    New,
+    /// Replace the stored session of that id, if any.
+    NewOrReplace,
+}
 
 /// `events` cut into consecutive batches of about `max_bytes` (at least one
 /// event each), so that none passes the record limit.
@@ -67,28 +75,106 @@ impl Store {
         if events.is_empty() {
             return Ok(());
         }
-        let session = self.session(id)?;
-        let mut s = session.lock().expect("session lock");
-        let appended = self.append_locked(&mut s, events);
-        if s.poisoned && s.unpublished {
-            // Its first batch was never published and its staged directory
-            // is gone: forget the half-built session. After an I/O error the
-            // declaration stays, so a retry starts afresh; when another
-            // process created the id meanwhile, the next use loads theirs.
-            if s.staged {
-                let _ = self.inner.registry.discard(&s.dir);
+        let mut lost_race = false;
+        let appended = self.with_session(id, |s| {
+            let appended = self.append_locked(s, events);
+            let exists = matches!(appended, Err(Error::Exists(_)));
+            if s.unpublished && (s.poisoned || exists) {
+                // Its first batch was never published and its staged
+                // directory is gone: forget the half-built session (and its
+                // lock). After an I/O error the declaration stays, so a
+                // retry starts afresh; when another handle created the id
+                // meanwhile, the next use loads theirs.
+                if s.staged {
+                    let _ = self.inner.registry.discard(&s.dir);
+                }
+                s.writer = None;
+                s.lock = None;
+                s.placeholder = true;
+                lost_race = exists;
             }
-            drop(s);
-            self.inner
-                .sessions
-                .write()
-                .expect("sessions lock")
-                .remove(id);
-            if matches!(appended, Err(Error::Exists(_))) {
-                self.inner.pending.lock().expect("pending lock").remove(id);
-            }
+            appended
+        });
+        if lost_race {
+            self.inner.pending.lock().expect("pending lock").remove(id);
         }
         appended
+    }
+
+    /// Takes this handle's writer lock on `s`, or fails with
+    /// [`Error::Locked`] (another handle, in any process, writes it) before
+    /// anything is written.
+    pub(super) fn lock_session(&self, s: &mut Session) -> Result<()> {
+        if s.lock.is_some() {
+            return Ok(());
+        }
+        let id = &s.header.id;
+        let locks = self.inner.locks.as_ref().ok_or(Error::ReadOnly)?;
+        let lock = locks
+            .try_lock(id)
+            .map_err(|source| Error::Io {
+                path: locks.path().to_owned(),
+                source,
+            })?
+            .ok_or_else(|| Error::Locked {
+                session: id.clone(),
+                path: locks.path().to_owned(),
+            })?;
+        s.lock = Some(lock);
+        Ok(())
+    }
+
+    /// Makes this handle the writer of `s`: takes its writer lock, then
+    /// loads it again from its files with authority (nothing else can
+    /// change them now): a torn tail is cut, a seal a crash interrupted is
+    /// finished, the segment writer opened; then, unless
+    /// [`Options::close_interrupted_turns`](super::Options) is off, an open
+    /// last turn (its previous writer stopped mid-turn) gets its closers.
+    pub(super) fn ensure_writer(&self, s: &mut Session) -> Result<()> {
+        if s.lock.is_some() {
+            return Ok(());
+        }
+        self.lock_session(s)?;
+        let id = s.header.id.clone();
+        let entry = self.entry(&id);
+        if s.unpublished {
+            // Declared here; another handle may have created it meanwhile.
+            return match entry {
+                Ok(None) => Ok(()),
+                Ok(Some(_)) => {
+                    s.lock = None;
+                    Err(Error::Exists(id))
+                }
+                Err(e) => {
+                    s.lock = None;
+                    Err(e)
+                }
+            };
+        }
+        let loaded = entry.and_then(|e| {
+            let e = e.ok_or_else(|| Error::NotFound(id.clone()))?;
+            self.load_session(e, true)
+        });
+        let (mut fresh, rec) = match loaded {
+            Ok(l) => l,
+            Err(e) => {
+                s.lock = None;
+                return Err(e);
+            }
+        };
+        fresh.lock = s.lock.take();
+        fresh.used = s.used;
+        *s = fresh;
+        // Recorded first: deciding the closers may rebuild the session from
+        // the log (a checkpoint found wrong), which records its own reason.
+        self.record_recovery(&id, rec);
+        if self.inner.options.close_interrupted_turns {
+            let n = self.append_closers(s)?.len() as u64;
+            if let Some(r) = self.inner.recoveries.lock().expect("lock").get_mut(&id) {
+                r.closers = n;
+            }
+        }
+        Ok(())
     }
 
     /// Appends one event, assigning its seq (the next) and time (`time_ms`),
@@ -96,12 +182,15 @@ impl Store {
     /// Returns the seq given.
     pub fn append_new(&self, id: &str, mut event: OwnedEvent, time_ms: i64) -> Result<u64> {
         self.writable()?;
-        let session = self.session(id)?;
-        let mut s = session.lock().expect("session lock");
-        event.seq = s.next_seq();
-        event.time = time_ms;
-        self.append_locked(&mut s, std::slice::from_ref(&event))?;
-        Ok(event.seq)
+        self.with_session(id, |s| {
+            // The seq is assigned under the writer lock, after the reload
+            // that taking it does.
+            self.ensure_writer(s)?;
+            event.seq = s.next_seq();
+            event.time = time_ms;
+            self.append_locked(s, std::slice::from_ref(&event))?;
+            Ok(event.seq)
+        })
     }
 
     pub(super) fn append_locked(&self, s: &mut Session, events: &[Event<'_>]) -> Result<()> {
@@ -109,6 +198,7 @@ impl Store {
         if s.poisoned {
             return Err(Error::Poisoned(id));
         }
+        self.ensure_writer(s)?;
         self.materialise(s)?;
         let Session {
             state,
@@ -340,6 +430,10 @@ impl Store {
         let Some((segment_first_seq, last_record_offset, end_offset, crc)) = s.last_record else {
             return Ok(());
         };
+        if s.lock.is_none() {
+            // Only the session's writer writes its checkpoint.
+            return Ok(());
+        }
         self.materialise(s)?;
         // A checkpoint only ever covers durable records.
         s.sync_if_dirty()?;
@@ -414,8 +508,14 @@ impl Store {
             return Err(Error::Exists(id));
         }
         self.session_dir(&id)?; // a usable id
-        let parent = self.session(source)?;
-        let p = parent.lock().expect("session lock");
+        let parent = self.slot(source)?;
+        let mut p = parent.lock().expect("session lock");
+        if p.placeholder {
+            drop(p);
+            // Load it (the closure has nothing else to do).
+            self.with_session(source, |_| Ok(()))?;
+            p = parent.lock().expect("session lock");
+        }
         let at = at.min(p.next_seq());
         header.parent_session = Some(source.to_owned());
         header.seed_length = Some(at);
@@ -424,7 +524,7 @@ impl Store {
         let mut shared = Vec::new();
         let mut shared_end = 0;
         for (i, seg) in p.segs.iter().enumerate() {
-            let sealed = i + 1 < p.segs.len() || p.writer.is_none();
+            let sealed = i + 1 < p.segs.len() || !p.last_is_active();
             if !sealed {
                 break;
             }
@@ -475,7 +575,7 @@ impl Store {
             }
             Ok(())
         };
-        self.build_and_publish(header, &rest, prepare, false)
+        self.build_and_publish(header, &rest, prepare, Publish::New)
     }
 
     /// Imports a whole session atomically: `events` (from seq 0) are folded
@@ -489,22 +589,12 @@ impl Store {
     /// it is: [`Store::repair`] closes it.
     pub fn import(&self, header: SessionHeader, events: &[Event<'_>], replace: bool) -> Result<()> {
         self.writable()?;
-        let id = header.id.clone();
-        self.session_dir(&id)?; // a usable id
-        if self
-            .inner
-            .pending
-            .lock()
-            .expect("pending lock")
-            .contains_key(&id)
-        {
-            return Err(Error::Exists(id));
-        }
-        let existing = self.entry(&id)?;
-        if existing.is_some() && !replace {
-            return Err(Error::Exists(id));
-        }
-        self.build_and_publish(header, events, |_| Ok(()), existing.is_some())
+        let mode = if replace {
+            Publish::NewOrReplace
+        } else {
+            Publish::New
+        };
+        self.build_and_publish(header, events, |_| Ok(()), mode)
     }
 
     /// Builds a new session in a staging directory (`prepare` puts files
@@ -517,50 +607,86 @@ impl Store {
         header: SessionHeader,
         events: &[Event<'_>],
         prepare: impl FnOnce(&Path) -> Result<()>,
-        replace: bool,
+        mode: Publish,
     ) -> Result<()> {
         let id = header.id.clone();
+        self.session_dir(&id)?; // a usable id
+        // The id's writer lock is held from here to the publish, through
+        // the session's entry in the map: no other handle can create,
+        // replace or write the id meanwhile.
+        let slot = self.slot(&id)?;
+        let mut s = slot.lock().expect("session lock");
+        let built = self.build_and_publish_locked(&mut s, header, events, prepare, mode);
+        if built.is_err() {
+            s.lock = None;
+            s.writer = None;
+            s.placeholder = true;
+        }
+        built
+    }
+
+    fn build_and_publish_locked(
+        &self,
+        s: &mut Session,
+        header: SessionHeader,
+        events: &[Event<'_>],
+        prepare: impl FnOnce(&Path) -> Result<()>,
+        mode: Publish,
+    ) -> Result<()> {
+        let id = header.id.clone();
+        self.lock_session(s)?;
+        let declared = self
+            .inner
+            .pending
+            .lock()
+            .expect("pending lock")
+            .contains_key(&id);
+        let existing = self.entry(&id)?.is_some();
+        if declared || existing && mode == Publish::New {
+            return Err(Error::Exists(id));
+        }
         let uid = new_uid(&id);
         let registry = &self.inner.registry;
         let staged = registry
             .stage(&header, &uid)
             .map_err(|(path, source)| Error::Io { path, source })?;
-        let built = (|| -> Result<Session> {
+        let mut built = None;
+        let result = (|| -> Result<()> {
             prepare(&staged)?;
             let entry = SessionEntry {
                 header: header.clone(),
                 uid,
                 dir: staged.clone(),
             };
-            let (mut c, _) = self.load_session(entry, false)?;
+            let (c, _) = self.load_session(entry, true)?;
+            let c = built.insert(c);
+            // The id's lock, lent for the build (a second lock object on
+            // the same key would release the first when dropped).
+            c.lock = s.lock.take();
             // One sync for the whole build, at the end: nothing is visible
             // before the publish.
             c.defer_sync = true;
             for batch in split_batches(events, self.inner.options.max_record as usize / 4) {
-                self.append_locked(&mut c, batch)?;
+                self.append_locked(c, batch)?;
             }
             c.defer_sync = false;
             c.sync_now()?;
             if c.since_checkpoint > 0 {
-                self.write_checkpoint(&mut c, true)?;
+                self.write_checkpoint(c, true)?;
             }
-            Ok(c)
+            Ok(())
         })();
-        let mut c = match built {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = registry.discard(&staged);
-                return Err(e);
-            }
-        };
-        // The old session, if this process has it open, is dropped first:
-        // its files are about to go.
-        self.inner
-            .sessions
-            .write()
-            .expect("sessions lock")
-            .remove(&id);
-        let published = if replace {
+        if let Some(c) = &mut built
+            && s.lock.is_none()
+        {
+            s.lock = c.lock.take();
+        }
+        if let Err(e) = result {
+            let _ = registry.discard(&staged);
+            return Err(e);
+        }
+        let mut c = built.expect("built");
+        let published = if existing {
             // A failure of the exchange leaves the old session in place; a
             // failure after it (syncing, removing the old) leaves the new
             // one: either way nothing is partial, and the staged path holds
@@ -584,16 +710,17 @@ impl Store {
                 return Err(e);
             }
         }
-        self.inner
-            .sessions
-            .write()
-            .expect("sessions lock")
-            .insert(id, Arc::new(Mutex::new(c)));
+        // The new session takes the entry's place, with the lock.
+        c.lock = s.lock.take();
+        c.dir_ino = self.inner.options.vfs.metadata(&c.dir).map_or(0, |m| m.ino);
+        *s = c;
         Ok(())
     }
 
     /// Deletes a session: its directory is renamed away durably (from then
-    /// on the session does not exist, for every process), then removed.
+    /// on the session does not exist, for every handle), then removed.
+    /// Takes the session's writer lock first: a session another handle
+    /// writes is [`Error::Locked`].
     pub fn delete(&self, id: &str) -> Result<()> {
         self.writable()?;
         let was_pending = self
@@ -603,17 +730,31 @@ impl Store {
             .expect("pending lock")
             .remove(id)
             .is_some();
-        let entry = self.entry(id)?;
-        self.inner.sessions.write().expect("lock").remove(id);
-        match entry {
-            Some(entry) => self
-                .inner
+        let slot = self.slot(id)?;
+        let mut s = slot.lock().expect("session lock");
+        let deleted = (|| {
+            let Some(entry) = self.entry(id)? else {
+                return if was_pending {
+                    Ok(())
+                } else {
+                    Err(Error::NotFound(id.to_owned()))
+                };
+            };
+            if s.placeholder {
+                s.header = entry.header.clone();
+            }
+            self.lock_session(&mut s)?;
+            self.inner
                 .registry
-                .remove(&entry.dir, &entry.uid)
-                .map_err(|(path, source)| Error::Io { path, source }),
-            None if was_pending => Ok(()),
-            None => Err(Error::NotFound(id.to_owned())),
-        }
+                .remove(&entry.dir, id)
+                .map_err(|(path, source)| Error::Io { path, source })
+        })();
+        s.writer = None;
+        s.lock = None;
+        s.placeholder = true;
+        drop(s);
+        self.forget(id, &slot);
+        deleted
     }
 
     /// Closes the session's last turn if it is open, appending the closers
@@ -621,14 +762,16 @@ impl Store {
     /// the session already repaired it, by that recovery.
     pub fn repair(&self, id: &str) -> Result<Vec<OwnedEvent>> {
         self.writable()?;
-        let session = self.session(id)?;
-        let mut s = session.lock().expect("session lock");
-        let closers = self.append_closers(&mut s)?;
-        if !closers.is_empty() {
-            return Ok(closers);
-        }
-        let recovered = self.recovery(id).map_or(0, |r| r.closers);
-        let from = s.next_seq().saturating_sub(recovered);
-        self.read_from_locked(&s, id, from, u64::MAX)
+        self.with_session(id, |s| {
+            // Taking the session for writing may already close the turn.
+            self.ensure_writer(s)?;
+            let closers = self.append_closers(s)?;
+            if !closers.is_empty() {
+                return Ok(closers);
+            }
+            let recovered = self.recovery(id).map_or(0, |r| r.closers);
+            let from = s.next_seq().saturating_sub(recovered);
+            self.read_from_locked(s, id, from, u64::MAX)
+        })
     }
 }

@@ -290,6 +290,11 @@ pub fn check_session(
         );
         return None;
     }
+    // Taking the session as its writer runs recovery with authority (a torn
+    // tail cut, an interrupted turn closed).
+    store
+        .repair(id)
+        .unwrap_or_else(|e| panic!("{context}: recovering {id}: {e}"));
     let got = store
         .read_from(id, 0)
         .unwrap_or_else(|e| panic!("{context}: reading {id}: {e}"));
