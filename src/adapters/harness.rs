@@ -30,6 +30,7 @@
 //! [`cwd_dir_name`], [`find_sessions`] and [`export_path`].
 
 use crate::adapters::jsonl::{self, TornTail};
+use crate::adapters::{bounded, storing};
 use crate::event::{Event, OwnedEvent};
 use crate::header::SessionHeader;
 use crate::json::{self, Fields};
@@ -311,6 +312,16 @@ fn member<'e>(e: &'e Event<'_>) -> Option<Member<'e>> {
     if id.is_some_and(|id| !non_empty_string(id)) || name.is_some_and(|n| !non_empty_string(n)) {
         return None;
     }
+    // Our reader refuses rows that copy more than this into every member
+    // (a bound against hostile expansion); such chunks stay verbatim.
+    let replicated = turn.get().len()
+        + step.get().len()
+        + index.get().len()
+        + id.map_or(0, |v| v.get().len())
+        + name.map_or(0, |v| v.get().len());
+    if replicated > bounded::MAX_PACKED_REPLICATED_BYTES {
+        return None;
+    }
     let m = Member {
         kind,
         turn,
@@ -440,6 +451,9 @@ pub struct ZstdText {
     pub text: Vec<u8>,
     /// Complete frames decoded (the header frame included).
     pub frames: usize,
+    /// Bytes of `text` that came from complete frames: a bad line or seq
+    /// gap inside them is damage, never a torn tail.
+    pub complete_bytes: usize,
     /// The torn final frame, if the file ends inside one.
     pub torn: Option<TornFrame>,
 }
@@ -479,6 +493,14 @@ pub enum ZstdError {
         /// What it holds instead.
         reason: String,
     },
+    /// The log decodes to more than the limit for hostile input.
+    #[error(
+        "Zstandard session log decodes to more than {limit} bytes; refused (limit for hostile input)"
+    )]
+    TooLarge {
+        /// The limit in bytes.
+        limit: u64,
+    },
     /// A complete frame ends inside a line.
     #[error(
         "corrupt Zstandard session log: complete frame {frame} at byte {offset} contains an unterminated JSONL record"
@@ -497,7 +519,18 @@ pub fn is_zstd(bytes: &[u8]) -> bool {
 }
 
 /// Decodes a Zstandard session log (a sequence of frames: the header line,
-/// then one frame per append batch) into its JSONL text.
+/// then one frame per append batch) into its JSONL text, decoding at most
+/// [`bounded::zstd_session_limit`] bytes (see
+/// [`read_zstd_session_limited`]).
+pub fn read_zstd_session(bytes: &[u8]) -> Result<ZstdText, ZstdError> {
+    read_zstd_session_limited(bytes, bounded::zstd_session_limit(bytes.len()))
+}
+
+/// Decodes a Zstandard session log into its JSONL text, refusing it
+/// ([`ZstdError::TooLarge`]) as soon as the text passes `limit` bytes. The
+/// output grows with the bytes really decoded (a frame's declared size is
+/// never trusted), and frames needing a window above
+/// [`bounded::ZSTD_WINDOW_LOG_MAX`] are corrupt.
 ///
 /// - Every complete frame is decoded and the texts are concatenated.
 /// - The first frame must be exactly one line ending in a newline, and every
@@ -511,20 +544,18 @@ pub fn is_zstd(bytes: &[u8]) -> bool {
 ///   after the file grew but before its data landed) is torn too.
 /// - Anything that does not decode (bad magic, corrupt block, checksum
 ///   mismatch) is [`ZstdError::Corrupt`]: bytes that are wrong, not missing.
-pub fn read_zstd_session(bytes: &[u8]) -> Result<ZstdText, ZstdError> {
-    use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
+pub fn read_zstd_session_limited(bytes: &[u8], limit: u64) -> Result<ZstdText, ZstdError> {
     let corrupt = |frame: usize, offset: usize, reason: String| ZstdError::Corrupt {
         frame,
         offset: offset as u64,
         reason,
     };
-    let mut dec = Decoder::new().map_err(|e| corrupt(0, 0, e.to_string()))?;
-    let mut buf = vec![0u8; 1 << 16];
-    let mut text = Vec::with_capacity(bytes.len() * 4);
+    let mut dec = bounded::decoder().map_err(|e| corrupt(0, 0, e.to_string()))?;
+    let mut text = Vec::new();
     let mut pos = 0;
     let mut frames = 0;
     let mut torn = None;
-    'frames: while pos < bytes.len() {
+    while pos < bytes.len() {
         let start = pos;
         let text_start = text.len();
         if bytes[start..].iter().all(|&b| b == 0) {
@@ -537,35 +568,23 @@ pub fn read_zstd_session(bytes: &[u8]) -> Result<ZstdText, ZstdError> {
             });
             break;
         }
-        loop {
-            let mut input = InBuffer::around(&bytes[pos..]);
-            let mut output = OutBuffer::around(&mut buf[..]);
-            let hint = dec
-                .run(&mut input, &mut output)
-                .map_err(|e| corrupt(frames, start, e.to_string()))?;
-            let (read, written) = (input.pos(), output.pos());
-            text.extend_from_slice(&buf[..written]);
-            pos += read;
-            if hint == 0 {
-                break;
-            }
-            if pos == bytes.len() && written < buf.len() {
-                torn = Some(TornFrame {
-                    frame: frames,
-                    offset: start as u64,
-                    bytes: (bytes.len() - start) as u64,
-                    decoded: (text.len() - text_start) as u64,
-                    reason: "the file ends inside the frame (torn write)".into(),
-                });
-                break 'frames;
-            }
-            if read == 0 && written == 0 {
-                return Err(corrupt(
-                    frames,
-                    start,
-                    "the decoder made no progress".into(),
-                ));
-            }
+        let d =
+            bounded::decode_frame(&mut dec, &bytes[pos..], &mut text, limit).map_err(
+                |e| match e {
+                    bounded::DecodeError::TooLarge { limit } => ZstdError::TooLarge { limit },
+                    bounded::DecodeError::Corrupt(reason) => corrupt(frames, start, reason),
+                },
+            )?;
+        pos += d.consumed;
+        if !d.complete {
+            torn = Some(TornFrame {
+                frame: frames,
+                offset: start as u64,
+                bytes: (bytes.len() - start) as u64,
+                decoded: (text.len() - text_start) as u64,
+                reason: "the file ends inside the frame (torn write)".into(),
+            });
+            break;
         }
         let frame_text = &text[text_start..];
         if frames == 0 {
@@ -591,7 +610,16 @@ pub fn read_zstd_session(bytes: &[u8]) -> Result<ZstdText, ZstdError> {
         }
         frames += 1;
     }
-    Ok(ZstdText { text, frames, torn })
+    let complete_bytes = match &torn {
+        Some(t) => text.len() - t.decoded as usize,
+        None => text.len(),
+    };
+    Ok(ZstdText {
+        text,
+        frames,
+        complete_bytes,
+        torn,
+    })
 }
 
 fn compressor() -> io::Result<zstd::bulk::Compressor<'static>> {
@@ -844,10 +872,53 @@ pub fn find_sessions(root: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(found)
 }
 
+/// The current layout's project directory for a working directory, as the
+/// harness's `format.ts` `projectKey` builds it: `/`, `\\` and `:` become
+/// `-` (a run of them one `-`), `[A-Za-z0-9._-]` stay, every other UTF-16
+/// code unit (and `~`) is written `~XXXX`; leading `-` are dropped (an empty
+/// result is `root`), the result is cut to 251 characters and framed as
+/// `--<slug>--`. Lossy by design (two cwds may share a directory; the
+/// session directory below tells them apart). `None` gives `_no-cwd`.
+///
+/// ```
+/// use sessionlog::adapters::harness::project_dir_name;
+/// assert_eq!(project_dir_name(Some("/workspace/dsh")), "--workspace-dsh--");
+/// assert_eq!(project_dir_name(Some("/")), "--root--");
+/// assert_eq!(project_dir_name(Some("{{cwd}}")), "--~007B~007Bcwd~007D~007D--");
+/// assert_eq!(project_dir_name(None), "_no-cwd");
+/// ```
+pub fn project_dir_name(cwd: Option<&str>) -> String {
+    let Some(cwd) = cwd else {
+        return NO_CWD_DIR.to_owned();
+    };
+    let mut readable = String::with_capacity(cwd.len());
+    let mut separator_run = false;
+    for unit in cwd.encode_utf16() {
+        if matches!(unit, 0x2F | 0x5C | 0x3A) {
+            if !separator_run {
+                readable.push('-');
+            }
+            separator_run = true;
+        } else if is_kept(unit) {
+            readable.push(unit as u8 as char);
+            separator_run = false;
+        } else {
+            readable.push_str(&format!("~{unit:04X}"));
+            separator_run = false;
+        }
+    }
+    let slug = readable.trim_start_matches('-');
+    let slug = if slug.is_empty() { "root" } else { slug };
+    // All ASCII, so 251 bytes are 251 UTF-16 units, as the harness cuts.
+    format!("--{}--", &slug[..slug.len().min(251)])
+}
+
 /// Where a session goes in a root the harness loads: the current layout,
-/// `<root>/<cwd_dir_name(cwd)>/<id_escape(id)>/session.jsonl[.zstd]`.
+/// `<root>/<project_dir_name(cwd)>/<id_escape(id)>/session.jsonl[.zstd]`,
+/// exactly the path the harness's JSONL backend derives from the header
+/// (it refuses a log found anywhere else).
 pub fn export_path(root: &Path, header: &SessionHeader, zstd: bool) -> PathBuf {
-    root.join(cwd_dir_name(header.cwd.as_deref()))
+    root.join(project_dir_name(header.cwd.as_deref()))
         .join(id_escape(&header.id))
         .join(if zstd {
             ZSTD_FILE_NAME
@@ -1021,26 +1092,6 @@ fn locate(text: &[u8], v: &Violation) -> (Option<u64>, Option<u64>) {
     }
 }
 
-/// Events per append when importing, and a bound on their estimated size
-/// (well under the store's record limit).
-const IMPORT_BATCH_EVENTS: usize = 4096;
-const IMPORT_BATCH_BYTES: usize = 16 << 20;
-
-fn append_batches(store: &Store, id: &str, events: &[Event<'_>]) -> store::Result<()> {
-    let mut start = 0;
-    let mut size = 0;
-    for (i, e) in events.iter().enumerate() {
-        let estimate = e.kind.len() + e.data.get().len() + 64;
-        if i > start && (i - start >= IMPORT_BATCH_EVENTS || size + estimate > IMPORT_BATCH_BYTES) {
-            store.append(id, &events[start..i])?;
-            start = i;
-            size = 0;
-        }
-        size += estimate;
-    }
-    store.append(id, &events[start..])
-}
-
 /// Whether a file is a Zstandard log: by its extension (`.zstd`, `.zst`),
 /// or by its first bytes (a JSONL file starts with `{`, never with the
 /// Zstandard magic number).
@@ -1069,14 +1120,14 @@ pub fn import_file(
         source,
     })?;
     let zstd = is_zstd_file(path, &bytes);
-    let (text, torn_frame) = if zstd {
+    let (text, torn_frame, complete_bytes) = if zstd {
         let z = read_zstd_session(&bytes).map_err(|source| ImportError::Zstd {
             path: path.to_owned(),
             source,
         })?;
-        (z.text, z.torn)
+        (z.text, z.torn, Some(z.complete_bytes))
     } else {
-        (bytes, None)
+        (bytes, None, None)
     };
     let corrupt = |violation: Violation| {
         let (line, seq) = locate(&text, &violation);
@@ -1103,57 +1154,66 @@ pub fn import_file(
         },
     };
 
-    // Declare the session, setting aside the one it replaces.
+    // A bad line or seq gap inside a complete Zstandard frame is damage:
+    // the frame was a finished write (the harness refuses such a log).
+    if let (Some(t), Some(complete)) = (&session.torn, complete_bytes)
+        && line_start(&text, t.line) < complete
+    {
+        return Err(corrupt(Violation::new(
+            Location::Line(t.line),
+            Rule::Json,
+            format!("inside a complete Zstandard frame: {}", t.reason),
+        )));
+    }
+
+    // Set aside the session this one replaces.
     let mut old: Option<(SessionHeader, Vec<OwnedEvent>)> = None;
     let mut replaced = false;
-    match store.create(header.clone()) {
-        Ok(()) => {}
-        Err(store::Error::Exists(_)) if opts.replace => {
-            // A stored session that no longer loads cannot be restored:
-            // replacing it is what was asked.
-            old = store.load(&id).ok();
-            store.delete(&id).map_err(store_err)?;
-            replaced = true;
-            if let Err(e) = store.create(header.clone()) {
-                return Err(put_back(store, path, &id, old, store_err(e)));
-            }
-        }
-        Err(store::Error::Exists(_)) => {
+    if store.list().iter().any(|h| h.id == id) {
+        if !opts.replace {
             return Err(ImportError::Exists {
                 path: path.to_owned(),
                 id,
             });
         }
-        Err(e) => return Err(store_err(e)),
+        // A stored session that no longer loads cannot be restored:
+        // replacing it is what was asked.
+        old = store.load(&id).ok();
+        store.delete(&id).map_err(store_err)?;
+        replaced = true;
     }
     let mut report = ImportReport {
         path: path.to_owned(),
         id: id.clone(),
         zstd,
         events: session.events.len() as u64,
-        stored: !session.events.is_empty(),
+        stored: false,
         replaced,
         torn: session.torn.clone(),
         torn_frame,
         closers: Vec::new(),
         left_open: false,
     };
-    if session.events.is_empty() {
-        // Nothing to store; leave no declared-but-empty session behind.
-        let _ = store.delete(&id);
-        return Ok(report);
-    }
-    let stored = append_batches(store, &id, &session.events).and_then(|()| {
-        if open && opts.repair {
-            store.repair(&id)
+    let stored = storing::store_session(store, header, &session.events).and_then(|s| {
+        if s == storing::Stored::Stored && open && opts.repair {
+            store.repair(&id).map(|c| (s, c))
         } else {
-            Ok(Vec::new())
+            Ok((s, Vec::new()))
         }
     });
     match stored {
-        Ok(closers) => {
+        Ok((storing::Stored::Stored, closers)) => {
+            report.stored = true;
             report.left_open = open && !opts.repair;
             report.closers = closers;
+            Ok(report)
+        }
+        Ok((storing::Stored::SkippedNoEvents, _)) => {
+            // Nothing stored: the replaced session, if any, goes back.
+            report.replaced = false;
+            if let Some(old) = old {
+                restore(store, &id, old).map_err(store_err)?;
+            }
             Ok(report)
         }
         Err(e) => {
@@ -1162,6 +1222,36 @@ pub fn import_file(
             Err(put_back(store, path, &id, old, store_err(e)))
         }
     }
+}
+
+/// The byte offset where 1-based `line` starts in `text`.
+fn line_start(text: &[u8], line: u64) -> usize {
+    if line <= 1 {
+        return 0;
+    }
+    memchr::memchr_iter(b'\n', text)
+        .nth(line as usize - 2)
+        .map_or(text.len(), |p| p + 1)
+}
+
+/// Puts a set-aside session back (it was deleted first).
+fn restore(
+    store: &Store,
+    id: &str,
+    (header, events): (SessionHeader, Vec<OwnedEvent>),
+) -> store::Result<()> {
+    let _ = store.delete(id);
+    let restored = store.create(header).and_then(|()| {
+        if events.is_empty() {
+            Ok(())
+        } else {
+            storing::append_batches(store, id, &events)
+        }
+    });
+    if restored.is_err() {
+        let _ = store.delete(id);
+    }
+    restored
 }
 
 /// After a failed import: puts the replaced session back, if there was one,
@@ -1173,28 +1263,17 @@ fn put_back(
     old: Option<(SessionHeader, Vec<OwnedEvent>)>,
     error: ImportError,
 ) -> ImportError {
-    let Some((header, events)) = old else {
+    let Some(old) = old else {
         return error;
     };
-    let _ = store.delete(id);
-    let restored = store.create(header).and_then(|()| {
-        if events.is_empty() {
-            Ok(())
-        } else {
-            append_batches(store, id, &events)
-        }
-    });
-    match restored {
+    match restore(store, id, old) {
         Ok(()) => error,
-        Err(restore) => {
-            let _ = store.delete(id);
-            ImportError::ReplaceLost {
-                path: path.to_owned(),
-                id: id.to_owned(),
-                error: Box::new(error),
-                restore: Box::new(restore),
-            }
-        }
+        Err(restore) => ImportError::ReplaceLost {
+            path: path.to_owned(),
+            id: id.to_owned(),
+            error: Box::new(error),
+            restore: Box::new(restore),
+        },
     }
 }
 
@@ -1265,8 +1344,10 @@ pub fn export_session(
 }
 
 /// Exports a stored session into a harness sessions root, at
-/// [`export_path`] (creating its directories); the file is written and
-/// synced beside it, then renamed into place. Returns its path.
+/// [`export_path`]. Every directory it creates is created alone and its
+/// parent synced; the file is written beside its final name (a random
+/// suffix), synced, renamed into place, and its directory synced. Returns
+/// its path.
 pub fn export_session_to_root(
     store: &Store,
     id: &str,
@@ -1277,15 +1358,65 @@ pub fn export_session_to_root(
     let report = export_session(store, id, &mut buf, opts)?;
     let path = export_path(root, &report.header, opts.zstd);
     let dir = path.parent().expect("export paths have a parent");
-    std::fs::create_dir_all(dir)?;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(&buf)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    // The rename is durable only once the directory holding it is synced.
-    std::fs::File::open(dir)?.sync_all()?;
+    create_dirs_durably(dir)?;
+    write_atomically(&path, &buf)?;
     Ok(path)
+}
+
+/// Creates `dir` and any missing ancestors one level at a time (mode 0700,
+/// as the harness does), syncing each new directory's parent so the new
+/// entry survives a power loss.
+pub fn create_dirs_durably(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut missing = Vec::new();
+    let mut d = dir;
+    while !d.as_os_str().is_empty() && !d.is_dir() {
+        missing.push(d);
+        match d.parent() {
+            Some(p) => d = p,
+            None => break,
+        }
+    }
+    for d in missing.into_iter().rev() {
+        match std::fs::DirBuilder::new().mode(0o700).create(d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && d.is_dir() => continue,
+            Err(e) => return Err(e),
+        }
+        crate::adapters::sqlite_export::sync_parent(d)?;
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` atomically and durably: `path.tmp-<random>`
+/// (mode 0600, created new), synced, renamed over `path`, the directory
+/// synced. On failure the temporary file is removed and `path` is as it
+/// was.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let r: [u8; 8] = crate::adapters::sqlite17::random_bytes();
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(format!(
+        ".tmp-{}",
+        r.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    ));
+    let tmp = path.with_file_name(name);
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        crate::adapters::sqlite_export::sync_parent(path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
 }
 
 #[cfg(test)]
