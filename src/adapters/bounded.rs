@@ -33,7 +33,7 @@ pub const MAX_SCALAR_DATA_BYTES: u64 = 64 << 20;
 /// together. This bounds how much larger the expanded events are than the
 /// row: at most about (110 + this) bytes per member, for at least 3 bytes
 /// of row per member. Real rows copy well under 100 bytes.
-pub const MAX_PACKED_REPLICATED_BYTES: usize = 512;
+pub const MAX_PACKED_REPLICATED_BYTES: usize = 256;
 
 /// The longest JSON number literal accepted for a packed row's `turn`,
 /// `step` or `index` (every number JavaScript prints fits in 24 bytes).
