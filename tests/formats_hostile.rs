@@ -368,3 +368,63 @@ fn check_reports_a_gap_the_loader_treats_as_a_torn_tail() {
     std::fs::write(&file, format!("{HEADER}\n{T0}\n{{not js")).unwrap();
     assert!(cli(Path::new(""), &["check", f]).status.success());
 }
+
+#[test]
+fn a_torn_final_frame_that_does_not_decode_keeps_the_complete_frames() {
+    let mut bytes = frame(&format!("{HEADER}\n"));
+    bytes.extend(frame(&format!("{T0}\n{END1}\n")));
+    // A frame header, then a whole compressed block of garbage that is not
+    // the last one: the file ends inside the frame, after that block.
+    bytes.extend([0x28, 0xB5, 0x2F, 0xFD, 0x00, 7 << 3]);
+    bytes.extend([(40u32 << 3 | 2 << 1) as u8, 0x01, 0x00]);
+    bytes.extend([0xFF; 40]);
+    let z = harness::read_zstd_session(&bytes).unwrap();
+    let t = z.torn.unwrap();
+    assert!(t.reason.contains("does not decode"), "{t:?}");
+    assert_eq!(jsonl::read_session(&z.text, false).unwrap().events.len(), 2);
+    // The same garbage in a complete frame is corruption.
+    let mut bad = frame(&format!("{HEADER}\n"));
+    bad.extend([0x28, 0xB5, 0x2F, 0xFD, 0x00, 7 << 3]);
+    bad.extend([(40u32 << 3 | 2 << 1 | 1) as u8, 0x01, 0x00]);
+    bad.extend([0xFF; 40]);
+    assert!(matches!(
+        harness::read_zstd_session(&bad),
+        Err(ZstdError::Corrupt { frame: 1, .. })
+    ));
+}
+
+#[test]
+fn schema_17_keeps_empty_provenance_and_refuses_a_relative_cwd() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(&tmp.path().join("store"));
+    let mut h = SessionHeader::new("s", 1);
+    h.cwd = Some("/w".into());
+    store.create(h).unwrap();
+    let msg = r#"{"type":"assistant/message","seq":1,"time":0,"data":{"turn":1,"step":1,"message":{"role":"assistant","content":[]}},"sourceEventSeqs":[],"surfaceOp":"append"}"#;
+    let events = [T0, msg].map(|t| Event::from_json(t).unwrap());
+    store.append("s", &events).unwrap();
+    let p = tmp.path().join("p.db");
+    sqlite_export::export_db(&store, &["s".to_owned()], &p, 17).unwrap();
+    let back = sqlite::read_db(&p).unwrap();
+    assert_eq!(back[0].events[1].source_event_seqs, Some(vec![]));
+    let kind: String = rusqlite::Connection::open(&p)
+        .unwrap()
+        .query_row(
+            "SELECT typeof(source_event_seqs) FROM events WHERE seq = 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(kind, "blob");
+
+    let mut rel = SessionHeader::new("r", 1);
+    rel.cwd = Some("{{cwd}}/w".into());
+    store.create(rel).unwrap();
+    store.append("r", &[Event::from_json(T0).unwrap()]).unwrap();
+    let q = tmp.path().join("q.db");
+    let err = sqlite_export::export_db(&store, &["r".to_owned()], &q, 17).unwrap_err();
+    assert!(err.to_string().contains("not absolute"), "{err}");
+    assert!(!q.exists());
+    // Schema 4 has no such rule.
+    sqlite_export::export_db(&store, &["r".to_owned()], &q, 4).unwrap();
+}

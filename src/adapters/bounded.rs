@@ -146,6 +146,77 @@ pub fn decode_zstd(input: &[u8], limit: u64) -> Result<Vec<u8>, DecodeError> {
     Ok(out)
 }
 
+/// Where a concatenation of Zstandard frames ends inside its last frame,
+/// found from the frame and block headers alone, as the harness's
+/// `scanZstdFrames` does (no decoding): `Ok(None)` when every frame is
+/// structurally complete, `Ok(Some(offset))` for the start of an incomplete
+/// final frame (or of a tail of zero bytes where a frame should start, a
+/// crash after the file grew but before its data landed), `Err` for a bad
+/// magic number or a reserved bit or block type: `(frame index, frame
+/// offset, reason)`.
+pub fn torn_frame_start(bytes: &[u8]) -> Result<Option<usize>, (usize, usize, String)> {
+    const MAGIC: u32 = 0xFD2F_B528;
+    let mut pos = 0;
+    let mut frame = 0;
+    while pos < bytes.len() {
+        let start = pos;
+        let bad = |why: String| Err((frame, start, why));
+        let rest = &bytes[pos..];
+        if rest.iter().all(|&b| b == 0) || rest.len() < 4 {
+            return Ok(Some(start));
+        }
+        if u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) != MAGIC {
+            return bad("invalid frame magic".into());
+        }
+        pos += 4;
+        let Some(&desc) = bytes.get(pos) else {
+            return Ok(Some(start));
+        };
+        pos += 1;
+        if desc & 0x18 != 0 {
+            return bad("reserved frame-header bit".into());
+        }
+        let fcs_flag = desc >> 6;
+        let single = desc & 0x20 != 0;
+        let checksum = desc & 0x04 != 0;
+        let dict = match desc & 0x03 {
+            3 => 4,
+            d => usize::from(d),
+        };
+        let fcs = match fcs_flag {
+            0 => usize::from(single),
+            f => 1 << f,
+        };
+        pos += usize::from(!single) + dict + fcs;
+        loop {
+            if pos + 3 > bytes.len() {
+                return Ok(Some(start));
+            }
+            let h = u32::from_le_bytes([bytes[pos], bytes[pos + 1], bytes[pos + 2], 0]);
+            pos += 3;
+            let (last, kind, size) = (h & 1 != 0, (h >> 1) & 3, (h >> 3) as usize);
+            if kind == 3 {
+                return bad(format!("reserved block type at byte {}", pos - 3));
+            }
+            pos += if kind == 1 { 1 } else { size };
+            if pos > bytes.len() {
+                return Ok(Some(start));
+            }
+            if last {
+                break;
+            }
+        }
+        if checksum {
+            pos += 4;
+            if pos > bytes.len() {
+                return Ok(Some(start));
+            }
+        }
+        frame += 1;
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -551,6 +551,12 @@ pub fn read_zstd_session_limited(bytes: &[u8], limit: u64) -> Result<ZstdText, Z
         reason,
     };
     let mut dec = bounded::decoder().map_err(|e| corrupt(0, 0, e.to_string()))?;
+    // Which frame is torn is decided from the frame structure first, as the
+    // harness decides it: damage inside a complete frame is corruption, while
+    // a torn final frame keeps what it decodes to (nothing if it does not).
+    let torn_start = bounded::torn_frame_start(bytes)
+        .map_err(|(frame, offset, reason)| corrupt(frame, offset, reason))?;
+    let complete_end = torn_start.unwrap_or(bytes.len());
     let mut text = Vec::new();
     let mut pos = 0;
     let mut frames = 0;
@@ -558,33 +564,47 @@ pub fn read_zstd_session_limited(bytes: &[u8], limit: u64) -> Result<ZstdText, Z
     while pos < bytes.len() {
         let start = pos;
         let text_start = text.len();
-        if bytes[start..].iter().all(|&b| b == 0) {
-            torn = Some(TornFrame {
-                frame: frames,
-                offset: start as u64,
-                bytes: (bytes.len() - start) as u64,
-                decoded: 0,
-                reason: "zero-filled tail where a frame should start".into(),
-            });
-            break;
-        }
-        let d =
-            bounded::decode_frame(&mut dec, &bytes[pos..], &mut text, limit).map_err(
-                |e| match e {
-                    bounded::DecodeError::TooLarge { limit } => ZstdError::TooLarge { limit },
-                    bounded::DecodeError::Corrupt(reason) => corrupt(frames, start, reason),
-                },
-            )?;
-        pos += d.consumed;
-        if !d.complete {
+        if start >= complete_end {
+            let mut reason = if bytes[start..].iter().all(|&b| b == 0) {
+                "zero-filled tail where a frame should start".to_owned()
+            } else {
+                "the file ends inside the frame (torn write)".to_owned()
+            };
+            if !bytes[start..].iter().all(|&b| b == 0) {
+                match bounded::decode_frame(&mut dec, &bytes[start..], &mut text, limit) {
+                    Ok(_) => {}
+                    Err(bounded::DecodeError::TooLarge { limit }) => {
+                        return Err(ZstdError::TooLarge { limit });
+                    }
+                    Err(bounded::DecodeError::Corrupt(why)) => {
+                        // The harness recovers nothing from a torn frame that
+                        // does not decode; the complete frames stand.
+                        text.truncate(text_start);
+                        reason = format!("torn final frame does not decode: {why}");
+                    }
+                }
+            }
             torn = Some(TornFrame {
                 frame: frames,
                 offset: start as u64,
                 bytes: (bytes.len() - start) as u64,
                 decoded: (text.len() - text_start) as u64,
-                reason: "the file ends inside the frame (torn write)".into(),
+                reason,
             });
             break;
+        }
+        let d = bounded::decode_frame(&mut dec, &bytes[pos..complete_end], &mut text, limit)
+            .map_err(|e| match e {
+                bounded::DecodeError::TooLarge { limit } => ZstdError::TooLarge { limit },
+                bounded::DecodeError::Corrupt(reason) => corrupt(frames, start, reason),
+            })?;
+        pos += d.consumed;
+        if !d.complete {
+            return Err(corrupt(
+                frames,
+                start,
+                "a structurally complete frame did not decode to its end".into(),
+            ));
         }
         let frame_text = &text[text_start..];
         if frames == 0 {

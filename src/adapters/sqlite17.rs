@@ -704,6 +704,15 @@ pub(crate) fn insert_session(
             .then_some(v as i64)
             .ok_or_else(|| too_big(what, v))
     };
+    if let Some(cwd) = header.cwd.as_deref().filter(|c| !c.starts_with('/')) {
+        // The harness would write it, then refuse to read the row back.
+        return Err(SqliteError::Unrepresentable {
+            path: path.to_owned(),
+            session: header.id.clone(),
+            seq: None,
+            reason: format!("cwd {cwd:?} is not absolute, and schema 17 readers refuse it"),
+        });
+    }
     let version = int("version", header.version)?;
     let created_at = int("createdAt", header.created_at)?;
     let seed_length = header
