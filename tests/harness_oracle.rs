@@ -48,36 +48,54 @@ fn the_harness_loads_our_schema_17_and_root_exports() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let store = Store::open(tmp.path().join("store"), Options::default()).unwrap();
-    sqlite::import_db(&store, fixtures.join("harness-current/public17.db"), false).unwrap();
-    let mut ids: Vec<String> = store.list().into_iter().map(|h| h.id).collect();
-    ids.sort();
-    assert!(ids.len() > 40);
-
-    let db = tmp.path().join("out17.db");
-    sqlite_export::export_db(&store, &ids, &db, sqlite17::SCHEMA_VERSION).unwrap();
-    let root = tmp.path().join("root");
-    let expected = tmp.path().join("expected.jsonl");
-    let mut out = std::fs::File::create(&expected).unwrap();
-    for id in &ids {
-        let opts = ExportOptions {
-            pack_chunks: true,
-            zstd: true,
-        };
-        harness::export_session_to_root(&store, id, &root, opts).unwrap();
-        let (header, events) = store.load(id).unwrap();
-        let mut h = Vec::new();
-        header.write_json(&mut h);
-        let events: Vec<String> = events.iter().map(|e| e.to_json()).collect();
-        writeln!(
-            out,
-            "{{\"header\":{},\"events\":[{}]}}",
-            String::from_utf8(h).unwrap(),
-            events.join(",")
-        )
-        .unwrap();
+    // The main database and every dups/ database: each imported into its own
+    // store and exported again.
+    let mut dbs = vec![fixtures.join("harness-current/public17.db")];
+    let mut dups: Vec<PathBuf> = std::fs::read_dir(fixtures.join("harness-current/dups"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "db"))
+        .collect();
+    dups.sort();
+    dbs.extend(dups);
+    let mut sets = Vec::new();
+    let mut sessions = 0;
+    for (n, source) in dbs.iter().enumerate() {
+        let work = tmp.path().join(n.to_string());
+        std::fs::create_dir(&work).unwrap();
+        let store = Store::open(work.join("store"), Options::default()).unwrap();
+        sqlite::import_db(&store, source, false).unwrap();
+        let mut ids: Vec<String> = store.list().into_iter().map(|h| h.id).collect();
+        ids.sort();
+        sessions += ids.len();
+        let db = work.join("out17.db");
+        sqlite_export::export_db(&store, &ids, &db, sqlite17::SCHEMA_VERSION).unwrap();
+        let root = work.join("root");
+        let expected = work.join("expected.jsonl");
+        let mut out = std::fs::File::create(&expected).unwrap();
+        for id in &ids {
+            let opts = ExportOptions {
+                pack_chunks: true,
+                zstd: true,
+            };
+            harness::export_session_to_root(&store, id, &root, opts).unwrap();
+            let (header, events) = store.load(id).unwrap();
+            let mut h = Vec::new();
+            header.write_json(&mut h);
+            let events: Vec<String> = events.iter().map(|e| e.to_json()).collect();
+            writeln!(
+                out,
+                "{{\"header\":{},\"events\":[{}]}}",
+                String::from_utf8(h).unwrap(),
+                events.join(",")
+            )
+            .unwrap();
+        }
+        sets.push(serde_json::json!({"db": db, "root": root, "expected": expected}));
     }
-    drop(out);
+    assert_eq!(sessions, 93);
+    let sets_file = tmp.path().join("sets.json");
+    std::fs::write(&sets_file, serde_json::to_string(&sets).unwrap()).unwrap();
 
     let spec_rel = "packages/session/session-persistence-sqlite/tests/sessionlog-oracle.spec.ts";
     std::fs::copy(
@@ -93,9 +111,7 @@ fn the_harness_loads_our_schema_17_and_root_exports() {
         .current_dir(&hc)
         .arg(hc.join("node_modules/vitest/vitest.mjs"))
         .args(["run", spec_rel])
-        .env("ORACLE_DB", &db)
-        .env("ORACLE_ROOT", &root)
-        .env("ORACLE_EXPECTED", &expected)
+        .env("ORACLE_SETS", &sets_file)
         .env(
             "PATH",
             format!("{}:/usr/bin:/bin", node.parent().unwrap().display()),
