@@ -4,6 +4,7 @@
 pub mod bounded;
 pub mod harness;
 pub mod jsonl;
+pub mod root;
 pub mod sqlite;
 pub mod sqlite17;
 pub mod sqlite_export;
