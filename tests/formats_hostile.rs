@@ -218,6 +218,21 @@ fn schema_17_rows_are_bounded() {
     );
     let s = sqlite::read_db(&p).unwrap();
     assert_eq!((s[0].events.len(), s[0].torn_from), (1, Some(1)));
+    // A column of the wrong kind is refused even in the tail, as the
+    // harness's decodeEventRow refuses it before the torn-tail rule.
+    let p = tmp.path().join("types.db");
+    db17(
+        &p,
+        &[
+            (0, "turn/start", 0, text(r#"{"turn":1}"#), None),
+            (1, "", 0, text("{}"), None),
+        ],
+    );
+    let err = sqlite::read_db(&p).unwrap_err();
+    assert!(
+        matches!(&err, SqliteError::CorruptRow { seq: Some(1), reason, .. } if reason.contains("non-empty string")),
+        "{err}"
+    );
 }
 
 #[test]

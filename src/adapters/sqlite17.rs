@@ -267,7 +267,13 @@ pub(crate) fn read_sessions(
                 ValueRef::Integer(s) => s,
                 _ => -1,
             };
-            decoded.push((seq, decode_row(r)));
+            let row = decode_row(r).map_err(|reason| SqliteError::CorruptRow {
+                path: path.to_owned(),
+                session: id.clone(),
+                seq: Some(seq),
+                reason: format!("stored event: {reason}"),
+            })?;
+            decoded.push((seq, row));
         }
         let (events, torn_from) =
             scan_rows(decoded).map_err(|(seq, reason)| SqliteError::CorruptRow {
@@ -416,8 +422,12 @@ fn session_header(
     }
 }
 
-/// Decodes one physical `events` row into its events, or says why not.
-fn decode_row(r: &rusqlite::Row<'_>) -> Result<Vec<OwnedEvent>, String> {
+/// Decodes one physical `events` row into its events. The outer error is
+/// a row whose columns have the wrong types, which the harness's
+/// `decodeEventRow` refuses before any torn-tail rule applies (always
+/// corruption); the inner one a row that does not decode (JSON, packing,
+/// zstd, varints), which is a torn tail after the last `turn/end`.
+fn decode_row(r: &rusqlite::Row<'_>) -> Result<Result<Vec<OwnedEvent>, String>, String> {
     let get = |i| r.get_ref(i).map_err(|e| e.to_string());
     let seq = match get(0)? {
         ValueRef::Integer(s) if s >= 0 && s as u64 <= MAX_SAFE => s,
@@ -448,18 +458,37 @@ fn decode_row(r: &rusqlite::Row<'_>) -> Result<Vec<OwnedEvent>, String> {
         ValueRef::Text(t) => Some(std::str::from_utf8(t).map_err(|e| format!("surface_op: {e}"))?),
         _ => return Err("surface_op must be a string or null".into()),
     };
+    let data = match get(3)? {
+        ValueRef::Text(t) => Ok(t),
+        ValueRef::Blob(b) => Err(b),
+        _ => return Err("data must be a string or blob".into()),
+    };
+    Ok(decode_physical(
+        seq, kind, time, data, sources, op, ignorable,
+    ))
+}
+
+/// The harness's `decodeRow` on a row whose column types are right.
+fn decode_physical(
+    seq: i64,
+    kind: &str,
+    time: i64,
+    data: Result<&[u8], &[u8]>,
+    sources: Option<&[u8]>,
+    op: Option<&str>,
+    ignorable: Option<i64>,
+) -> Result<Vec<OwnedEvent>, String> {
     let packed = ignorable == Some(0);
     let limit = if packed {
         MAX_PACKED_DATA_BYTES as u64
     } else {
         bounded::MAX_SCALAR_DATA_BYTES
     };
-    let data = match get(3)? {
-        ValueRef::Text(t) => t.to_vec(),
-        ValueRef::Blob(b) => {
-            bounded::decode_zstd(b, limit).map_err(|e| format!("data zstd value: {e}"))?
+    let data = match data {
+        Ok(text) => text.to_vec(),
+        Err(blob) => {
+            bounded::decode_zstd(blob, limit).map_err(|e| format!("data zstd value: {e}"))?
         }
-        _ => return Err("data must be a string or blob".into()),
     };
     let data = String::from_utf8(data).map_err(|e| format!("data is not UTF-8: {e}"))?;
     if packed {
