@@ -86,7 +86,7 @@ enum Command {
     },
     /// Store mode: import harness sessions: session files (`.jsonl`, plain
     /// or with packed rows, or `.jsonl.zstd`), harness roots (directories),
-    /// and SQLite schema-4 databases (`.db`).
+    /// and SQLite databases of schema 4 or 17 (`.db`).
     Import {
         /// Store the session under this id instead of the header's (only
         /// with a single session file).

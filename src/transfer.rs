@@ -90,7 +90,7 @@ fn is_db(path: &Path) -> bool {
 }
 
 /// Expands the paths: a directory is a harness root (every session file in
-/// any of its layouts), a `.db` file a SQLite schema-4 database, anything
+/// any of its layouts), a `.db` file a SQLite database (schema 4 or 17), anything
 /// else one session file.
 fn sources(paths: &[PathBuf]) -> Result<Vec<Source>, Failure> {
     let mut out = Vec::new();

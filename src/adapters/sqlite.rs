@@ -2,15 +2,17 @@
 //! table (one row per session header) and an `events` table (one row per
 //! logical event, `data`, `source_event_seqs` and `surface_op` as JSON text).
 //!
-//! sessionlog reads only schema version 4 (`PRAGMA user_version`) and never
-//! migrates: any other version, or tables whose columns differ from the DDL,
-//! are rejected before a row is read. Every row passes the same rules as a
+//! [`read_db`] and [`import_db`] read schema 4 here and schema 17 through
+//! [`crate::adapters::sqlite17`], by `PRAGMA user_version`, and never
+//! migrate: any other version, or tables whose columns differ from the DDL,
+//! are rejected before a row is read. Exports of both go through
+//! [`crate::adapters::sqlite_export`]. Every row passes the same rules as a
 //! JSONL line: the columns are assembled into one JSON envelope, parsed by
 //! [`Event::from_json`] and folded through a [`SessionState`], so the first
 //! broken rule is reported with its session and seq.
 //!
 //! Import validates the whole database before it writes anything to the
-//! store; export writes each session in one transaction.
+//! store; export writes all sessions in one transaction, atomically.
 
 use crate::adapters::storing;
 use crate::event::{Event, OwnedEvent, SurfaceOp};
@@ -261,7 +263,7 @@ pub enum SqliteError {
         source: Box<store::Error>,
     },
     /// A stored session holds something schema 4 has no column for.
-    #[error("{path}: session {session:?}{}: cannot be written to schema 4: {reason}", .seq.map(|s| format!(", seq {s}")).unwrap_or_default())]
+    #[error("{path}: session {session:?}{}: cannot be written to the SQLite schema: {reason}", .seq.map(|s| format!(", seq {s}")).unwrap_or_default())]
     Unrepresentable {
         /// The database file.
         path: PathBuf,

@@ -50,8 +50,8 @@ pub fn store_session(
     Ok(Stored::Stored)
 }
 
-/// Appends `events` in batches of at most [`BATCH_EVENTS`] events and about
-/// [`BATCH_BYTES`] bytes.
+/// Appends `events` in batches of at most 4,096 events and about 16 MiB
+/// (well under the store's default record limit).
 pub fn append_batches(store: &Store, id: &str, events: &[Event<'_>]) -> store::Result<()> {
     let mut start = 0;
     let mut size = 0;
