@@ -35,6 +35,25 @@ fn rle_bomb(blocks: usize) -> Vec<u8> {
     f
 }
 
+/// Like [`rle_bomb`], but the output is a JSON string: `"xxx...x"`.
+fn json_bomb(blocks: usize) -> Vec<u8> {
+    let mut f = vec![0x28, 0xB5, 0x2F, 0xFD, 0x00, 7 << 3];
+    let raw_quote = |last: u32| {
+        let h = last | (1 << 3); // raw block of 1 byte
+        let mut b = h.to_le_bytes()[..3].to_vec();
+        b.push(b'"');
+        b
+    };
+    f.extend(raw_quote(0));
+    for _ in 0..blocks {
+        let header: u32 = (1 << 1) | ((128 << 10) << 3);
+        f.extend_from_slice(&header.to_le_bytes()[..3]);
+        f.push(b'x');
+    }
+    f.extend(raw_quote(1));
+    f
+}
+
 #[test]
 fn a_tiny_zstd_bomb_is_refused_at_the_limit() {
     let tmp = tempfile::tempdir().unwrap();
@@ -218,6 +237,23 @@ fn schema_17_rows_are_bounded() {
     );
     let s = sqlite::read_db(&p).unwrap();
     assert_eq!((s[0].events.len(), s[0].torn_from), (1, Some(1)));
+    // Many scalar blobs, each under its own 64 MiB limit, together past
+    // what a small file may decode to.
+    let p = tmp.path().join("many-bombs.db");
+    let mut rows = vec![(0, "turn/start", 0, text(r#"{"turn":1}"#), None)];
+    for seq in 1..=3 {
+        rows.push((
+            seq,
+            "x/y",
+            0,
+            rusqlite::types::Value::Blob(json_bomb(256)), // 32 MiB each
+            None,
+        ));
+    }
+    rows.push(end(4));
+    db17(&p, &rows);
+    let err = sqlite::read_db(&p).unwrap_err();
+    assert!(err.to_string().contains("in all"), "{err}");
     // A column of the wrong kind is refused even in the tail, as the
     // harness's decodeEventRow refuses it before the torn-tail rule.
     let p = tmp.path().join("types.db");

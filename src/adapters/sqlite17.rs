@@ -251,6 +251,13 @@ pub(crate) fn read_sessions(
             "SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable FROM events WHERE session_id = ?1 ORDER BY seq",
         )
         .map_err(&err)?;
+    // What all zstd values of the database may decode to together: the rule
+    // for a compressed log, applied to the file (and its WAL).
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let on_disk = size(path) + size(Path::new(&wal));
+    let mut budget = bounded::zstd_session_limit(usize::try_from(on_disk).unwrap_or(usize::MAX));
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let (header, id) =
@@ -267,7 +274,7 @@ pub(crate) fn read_sessions(
                 ValueRef::Integer(s) => s,
                 _ => -1,
             };
-            let row = decode_row(r).map_err(|reason| SqliteError::CorruptRow {
+            let row = decode_row(r, &mut budget).map_err(|reason| SqliteError::CorruptRow {
                 path: path.to_owned(),
                 session: id.clone(),
                 seq: Some(seq),
@@ -427,7 +434,10 @@ fn session_header(
 /// `decodeEventRow` refuses before any torn-tail rule applies (always
 /// corruption); the inner one a row that does not decode (JSON, packing,
 /// zstd, varints), which is a torn tail after the last `turn/end`.
-fn decode_row(r: &rusqlite::Row<'_>) -> Result<Result<Vec<OwnedEvent>, String>, String> {
+fn decode_row(
+    r: &rusqlite::Row<'_>,
+    budget: &mut u64,
+) -> Result<Result<Vec<OwnedEvent>, String>, String> {
     let get = |i| r.get_ref(i).map_err(|e| e.to_string());
     let seq = match get(0)? {
         ValueRef::Integer(s) if s >= 0 && s as u64 <= MAX_SAFE => s,
@@ -463,21 +473,42 @@ fn decode_row(r: &rusqlite::Row<'_>) -> Result<Result<Vec<OwnedEvent>, String>, 
         ValueRef::Blob(b) => Err(b),
         _ => return Err("data must be a string or blob".into()),
     };
-    Ok(decode_physical(
-        seq, kind, time, data, sources, op, ignorable,
-    ))
+    let row = PhysicalRow {
+        seq,
+        kind,
+        time,
+        data,
+        sources,
+        op,
+        ignorable,
+    };
+    Ok(decode_physical(&row, budget))
 }
 
-/// The harness's `decodeRow` on a row whose column types are right.
-fn decode_physical(
+/// The columns of one `events` row, their kinds checked.
+struct PhysicalRow<'r> {
     seq: i64,
-    kind: &str,
+    kind: &'r str,
     time: i64,
-    data: Result<&[u8], &[u8]>,
-    sources: Option<&[u8]>,
-    op: Option<&str>,
+    /// `Ok(text)` or `Err(zstd blob)`.
+    data: Result<&'r [u8], &'r [u8]>,
+    sources: Option<&'r [u8]>,
+    op: Option<&'r str>,
     ignorable: Option<i64>,
-) -> Result<Vec<OwnedEvent>, String> {
+}
+
+/// The harness's `decodeRow` on a row whose column kinds are right; zstd
+/// values decode within `budget`, which shrinks by what they give.
+fn decode_physical(row: &PhysicalRow<'_>, budget: &mut u64) -> Result<Vec<OwnedEvent>, String> {
+    let PhysicalRow {
+        seq,
+        kind,
+        time,
+        data,
+        sources,
+        op,
+        ignorable,
+    } = *row;
     let packed = ignorable == Some(0);
     let limit = if packed {
         MAX_PACKED_DATA_BYTES as u64
@@ -487,7 +518,17 @@ fn decode_physical(
     let data = match data {
         Ok(text) => text.to_vec(),
         Err(blob) => {
-            bounded::decode_zstd(blob, limit).map_err(|e| format!("data zstd value: {e}"))?
+            // Each value has its own limit, and all values of the database
+            // share one: a small file cannot make every row a bomb.
+            let out = bounded::decode_zstd(blob, limit.min(*budget)).map_err(|e| {
+                if limit > *budget {
+                    "data zstd values of this database decode to more than max(64 MiB, 1024 x its size) in all (limit for hostile input)".to_owned()
+                } else {
+                    format!("data zstd value: {e}")
+                }
+            })?;
+            *budget -= out.len() as u64;
+            out
         }
     };
     let data = String::from_utf8(data).map_err(|e| format!("data is not UTF-8: {e}"))?;
