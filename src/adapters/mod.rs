@@ -7,5 +7,6 @@ pub mod jsonl;
 pub mod root;
 pub mod sqlite;
 pub mod sqlite17;
+pub mod sqlite17_write;
 pub mod sqlite_export;
 pub mod storing;
