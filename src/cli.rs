@@ -11,6 +11,7 @@
 //! error (including a store locked by another writer).
 
 use clap::{Parser, Subcommand};
+use sessionlog::adapters::harness;
 use sessionlog::adapters::jsonl::{self, JsonlSession};
 use sessionlog::derive;
 use sessionlog::event::OwnedEvent;
@@ -38,7 +39,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Validate a session file; print `OK` or the first violation (file
-    /// mode only; in store mode use `verify`).
+    /// mode only; in store mode use `verify`). Every complete line counts: a
+    /// bad line or seq gap is reported even where a loader would treat it
+    /// as a torn tail; only a final fragment without a newline is ignored.
     Check {
         /// Also check the relational invariants, known types and message
         /// shapes (many real logs fail these: a diagnostic, not the default).
@@ -83,7 +86,7 @@ enum Command {
     },
     /// Store mode: import harness sessions: session files (`.jsonl`, plain
     /// or with packed rows, or `.jsonl.zstd`), harness roots (directories),
-    /// and SQLite schema-4 databases (`.db`).
+    /// and SQLite databases of schema 4 or 17 (`.db`).
     Import {
         /// Store the session under this id instead of the header's (only
         /// with a single session file).
@@ -103,8 +106,11 @@ enum Command {
         files: Vec<PathBuf>,
     },
     /// Store mode: export sessions as harness JSONL (plain, packed rows or
-    /// zstd) to stdout, a file, a harness root directory, or a SQLite
-    /// schema-4 database (`--to FILE.db`).
+    /// zstd) to stdout, a file, a harness root directory (the current
+    /// layout: `--<slug>--/<id>/session.jsonl.zstd`, packed, one zstd frame
+    /// per turn), or a SQLite database (`--to FILE.db`, schema 17 unless
+    /// `--schema 4`). Files are written to a temporary name, synced and
+    /// renamed into place.
     Export {
         /// The sessions to export.
         #[arg(value_name = "ID", required_unless_present = "all")]
@@ -122,6 +128,10 @@ enum Command {
         /// Write Zstandard logs (a header frame, then one frame per turn).
         #[arg(long)]
         zstd: bool,
+        /// The SQLite schema version of a `.db` export: 17 (the harness's
+        /// current layout, the default) or 4 (the older layout).
+        #[arg(long, value_name = "VERSION")]
+        schema: Option<i64>,
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
@@ -236,8 +246,24 @@ fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
 // File mode
 // ---------------------------------------------------------------------------
 
+/// Reads a session file; a Zstandard log (by its magic number) is decoded
+/// to its JSONL text, within the limits for hostile input.
 fn read_file(path: &Path) -> Result<Vec<u8>, Failure> {
-    std::fs::read(path).map_err(|e| Failure::Io(format!("{}: {e}", path.display())))
+    let bytes = std::fs::read(path).map_err(|e| Failure::Io(format!("{}: {e}", path.display())))?;
+    if !harness::is_zstd(&bytes) {
+        return Ok(bytes);
+    }
+    let z = harness::read_zstd_session(&bytes)
+        .map_err(|e| Failure::Invalid(format!("{}: {e}", path.display())))?;
+    if let Some(t) = &z.torn {
+        eprintln!(
+            "note: {}: torn final zstd frame at byte {}: {}",
+            path.display(),
+            t.offset,
+            t.reason
+        );
+    }
+    Ok(z.text)
 }
 
 fn note_torn(path: &Path, s: &JsonlSession<'_>) {
@@ -273,7 +299,9 @@ fn run_file(command: Command, out: &mut impl Write) -> Result<(), Failure> {
     match command {
         Command::Check { strict, file } => {
             let bytes = read_file(&file)?;
-            match jsonl::read_session(&bytes, strict) {
+            // As a validator, check reports every complete line's first
+            // violation; `load` (cat, surface, ...) keeps the loader's rule.
+            match jsonl::check_session(&bytes, strict) {
                 Ok(s) => {
                     note_torn(&file, &s);
                     writeln!(out, "OK").map_err(io_err)
@@ -497,6 +525,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             to,
             pack_chunks,
             zstd,
+            schema,
             quiet,
         } => crate::transfer::export(
             dir,
@@ -506,6 +535,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
                 to,
                 pack_chunks,
                 zstd,
+                schema,
                 quiet,
             },
             out,

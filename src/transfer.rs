@@ -1,11 +1,11 @@
 //! Store-mode `import` and `export`: sessions in and out of the harness's
-//! formats (JSONL plain, packed or zstd, harness roots, SQLite schema 4),
-//! with progress bars on a terminal.
+//! formats (JSONL plain, packed or zstd, harness roots in both layouts,
+//! SQLite schema 4 and 17), with progress bars on a terminal.
 
 use crate::cli::{Failure, io_err, open_read_only, open_writer, store_err};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sessionlog::adapters::harness::{self, ExportOptions, ImportError, ImportOptions};
-use sessionlog::adapters::sqlite;
+use sessionlog::adapters::{sqlite, sqlite_export, sqlite17};
 use sessionlog::store;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -90,7 +90,7 @@ fn is_db(path: &Path) -> bool {
 }
 
 /// Expands the paths: a directory is a harness root (every session file in
-/// any of its layouts), a `.db` file a SQLite schema-4 database, anything
+/// any of its layouts), a `.db` file a SQLite database (schema 4 or 17), anything
 /// else one session file.
 fn sources(paths: &[PathBuf]) -> Result<Vec<Source>, Failure> {
     let mut out = Vec::new();
@@ -214,16 +214,21 @@ pub fn import(
             Source::Db(path) => match sqlite::import_db(&store, path, args.replace) {
                 Ok(report) => {
                     for s in &report.sessions {
-                        progress.println(
-                            out,
-                            &format!(
-                                "imported {}: {} events ({} closers) from {}",
-                                s.id,
-                                s.events,
-                                s.closers,
-                                path.display()
-                            ),
-                        )?;
+                        if let Some(seq) = s.torn_from {
+                            eprintln!(
+                                "note: {}: session {}: torn physical tail dropped from seq {seq}",
+                                path.display(),
+                                s.id
+                            );
+                        }
+                        let line = format!(
+                            "imported {}: {} events ({} closers) from {}",
+                            s.id,
+                            s.events,
+                            s.closers,
+                            path.display()
+                        );
+                        progress.println(out, &line)?;
                     }
                     progress.done(report.sessions.iter().map(|s| s.events).sum());
                 }
@@ -260,6 +265,8 @@ pub struct ExportArgs {
     pub pack_chunks: bool,
     /// Zstandard logs.
     pub zstd: bool,
+    /// The schema version of a `.db` export (default 17).
+    pub schema: Option<i64>,
     /// No progress bar.
     pub quiet: bool,
 }
@@ -284,6 +291,11 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
             ));
         }
     };
+    if args.schema.is_some() && !args.to.as_deref().is_some_and(is_db) {
+        return Err(Failure::Usage(
+            "--schema applies to a SQLite export (--to FILE.db)".into(),
+        ));
+    }
     let opts = ExportOptions {
         pack_chunks: args.pack_chunks,
         zstd: args.zstd,
@@ -303,12 +315,23 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
             }
         }
         Some(path) if is_db(&path) => {
-            sqlite::export_db(&store, &ids, &path).map_err(|e| Failure::Invalid(e.to_string()))?;
+            let version = args.schema.unwrap_or(sqlite17::SCHEMA_VERSION);
+            sqlite_export::export_db(&store, &ids, &path, version).map_err(|e| match e {
+                sqlite::SqliteError::Io { .. } | sqlite::SqliteError::Sqlite { .. } => {
+                    Failure::Io(e.to_string())
+                }
+                e => Failure::Invalid(e.to_string()),
+            })?;
             writeln!(out, "exported {} sessions to {}", ids.len(), path.display())
                 .map_err(io_err)?;
         }
         Some(path) if path.is_dir() || ids.len() > 1 => {
-            // A harness root the harness can load.
+            // A harness root the harness can load: its current default
+            // layout, packed rows in Zstandard frames.
+            let opts = ExportOptions {
+                pack_chunks: true,
+                zstd: true,
+            };
             for id in &ids {
                 let file =
                     harness::export_session_to_root(&store, id, &path, opts).map_err(export_err)?;
@@ -319,7 +342,9 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
         Some(path) => {
             let mut buf = Vec::new();
             let r = harness::export_session(&store, &ids[0], &mut buf, opts).map_err(export_err)?;
-            std::fs::write(&path, &buf)
+            // Temporary file, sync, rename, directory sync: the old file
+            // stays whole until the new one is complete and durable.
+            harness::write_atomically(&path, &buf)
                 .map_err(|e| Failure::Io(format!("{}: {e}", path.display())))?;
             writeln!(
                 out,

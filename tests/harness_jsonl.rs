@@ -611,7 +611,7 @@ fn find_sessions_walks_all_three_layouts() {
     h.cwd = Some("/workspace/dsh".into());
     assert_eq!(
         export_path(root, &h, false),
-        root.join("cwd-5abdd0c5b009/a~002Fb/session.jsonl")
+        root.join("--workspace-dsh--/a~002Fb/session.jsonl")
     );
     assert_eq!(
         export_path(root, &header(".."), true),

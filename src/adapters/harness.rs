@@ -24,12 +24,16 @@
 //!
 //! # Roots
 //!
-//! Older layout: `<root>/cwd-<12 hex>/<escaped id>.jsonl` or
-//! `<root>/_no-cwd/<escaped id>.jsonl`. Current layout:
-//! `<root>/<project dir>/<escaped id>/session.jsonl[.zstd]`. See [`id_escape`],
-//! [`cwd_dir_name`], [`find_sessions`] and [`export_path`].
+//! The root layouts live in [`crate::adapters::root`] (re-exported here):
+//! older `<root>/cwd-<12 hex>/<escaped id>.jsonl`, current
+//! `<root>/--<slug>--/<escaped id>/session.jsonl[.zstd]`.
 
 use crate::adapters::jsonl::{self, TornTail};
+pub use crate::adapters::root::{
+    NO_CWD_DIR, PLAIN_FILE_NAME, ZSTD_FILE_NAME, create_dirs_durably, cwd_dir_name, export_path,
+    find_sessions, id_escape, id_unescape, project_dir_name, write_atomically,
+};
+use crate::adapters::{bounded, storing};
 use crate::event::{Event, OwnedEvent};
 use crate::header::SessionHeader;
 use crate::json::{self, Fields};
@@ -41,13 +45,6 @@ use std::path::{Path, PathBuf};
 
 /// The shortest run of chunks the harness packs into one row.
 pub const MIN_PACKED_RUN: usize = 3;
-
-/// The file name of a session in the current layout, compressed.
-pub const ZSTD_FILE_NAME: &str = "session.jsonl.zstd";
-/// The file name of a session in the current layout, plain.
-pub const PLAIN_FILE_NAME: &str = "session.jsonl";
-/// The older layout's directory for sessions without a working directory.
-pub const NO_CWD_DIR: &str = "_no-cwd";
 
 /// The zstd compression level of written frames (zstd's default).
 const ZSTD_LEVEL: i32 = 3;
@@ -311,6 +308,16 @@ fn member<'e>(e: &'e Event<'_>) -> Option<Member<'e>> {
     if id.is_some_and(|id| !non_empty_string(id)) || name.is_some_and(|n| !non_empty_string(n)) {
         return None;
     }
+    // Our reader refuses rows that copy more than this into every member
+    // (a bound against hostile expansion); such chunks stay verbatim.
+    let replicated = turn.get().len()
+        + step.get().len()
+        + index.get().len()
+        + id.map_or(0, |v| v.get().len())
+        + name.map_or(0, |v| v.get().len());
+    if replicated > bounded::MAX_PACKED_REPLICATED_BYTES {
+        return None;
+    }
     let m = Member {
         kind,
         turn,
@@ -440,6 +447,9 @@ pub struct ZstdText {
     pub text: Vec<u8>,
     /// Complete frames decoded (the header frame included).
     pub frames: usize,
+    /// Bytes of `text` that came from complete frames: a bad line or seq
+    /// gap inside them is damage, never a torn tail.
+    pub complete_bytes: usize,
     /// The torn final frame, if the file ends inside one.
     pub torn: Option<TornFrame>,
 }
@@ -479,6 +489,14 @@ pub enum ZstdError {
         /// What it holds instead.
         reason: String,
     },
+    /// The log decodes to more than the limit for hostile input.
+    #[error(
+        "Zstandard session log decodes to more than {limit} bytes; refused (limit for hostile input)"
+    )]
+    TooLarge {
+        /// The limit in bytes.
+        limit: u64,
+    },
     /// A complete frame ends inside a line.
     #[error(
         "corrupt Zstandard session log: complete frame {frame} at byte {offset} contains an unterminated JSONL record"
@@ -497,7 +515,18 @@ pub fn is_zstd(bytes: &[u8]) -> bool {
 }
 
 /// Decodes a Zstandard session log (a sequence of frames: the header line,
-/// then one frame per append batch) into its JSONL text.
+/// then one frame per append batch) into its JSONL text, decoding at most
+/// [`bounded::zstd_session_limit`] bytes (see
+/// [`read_zstd_session_limited`]).
+pub fn read_zstd_session(bytes: &[u8]) -> Result<ZstdText, ZstdError> {
+    read_zstd_session_limited(bytes, bounded::zstd_session_limit(bytes.len()))
+}
+
+/// Decodes a Zstandard session log into its JSONL text, refusing it
+/// ([`ZstdError::TooLarge`]) as soon as the text passes `limit` bytes. The
+/// output grows with the bytes really decoded (a frame's declared size is
+/// never trusted), and frames needing a window above
+/// [`bounded::ZSTD_WINDOW_LOG_MAX`] are corrupt.
 ///
 /// - Every complete frame is decoded and the texts are concatenated.
 /// - The first frame must be exactly one line ending in a newline, and every
@@ -511,61 +540,67 @@ pub fn is_zstd(bytes: &[u8]) -> bool {
 ///   after the file grew but before its data landed) is torn too.
 /// - Anything that does not decode (bad magic, corrupt block, checksum
 ///   mismatch) is [`ZstdError::Corrupt`]: bytes that are wrong, not missing.
-pub fn read_zstd_session(bytes: &[u8]) -> Result<ZstdText, ZstdError> {
-    use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
+pub fn read_zstd_session_limited(bytes: &[u8], limit: u64) -> Result<ZstdText, ZstdError> {
     let corrupt = |frame: usize, offset: usize, reason: String| ZstdError::Corrupt {
         frame,
         offset: offset as u64,
         reason,
     };
-    let mut dec = Decoder::new().map_err(|e| corrupt(0, 0, e.to_string()))?;
-    let mut buf = vec![0u8; 1 << 16];
-    let mut text = Vec::with_capacity(bytes.len() * 4);
+    let mut dec = bounded::decoder().map_err(|e| corrupt(0, 0, e.to_string()))?;
+    // Which frame is torn is decided from the frame structure first, as the
+    // harness decides it: damage inside a complete frame is corruption, while
+    // a torn final frame keeps what it decodes to (nothing if it does not).
+    let torn_start = bounded::torn_frame_start(bytes)
+        .map_err(|(frame, offset, reason)| corrupt(frame, offset, reason))?;
+    let complete_end = torn_start.unwrap_or(bytes.len());
+    let mut text = Vec::new();
     let mut pos = 0;
     let mut frames = 0;
     let mut torn = None;
-    'frames: while pos < bytes.len() {
+    while pos < bytes.len() {
         let start = pos;
         let text_start = text.len();
-        if bytes[start..].iter().all(|&b| b == 0) {
+        if start >= complete_end {
+            let mut reason = if bytes[start..].iter().all(|&b| b == 0) {
+                "zero-filled tail where a frame should start".to_owned()
+            } else {
+                "the file ends inside the frame (torn write)".to_owned()
+            };
+            if !bytes[start..].iter().all(|&b| b == 0) {
+                match bounded::decode_frame(&mut dec, &bytes[start..], &mut text, limit) {
+                    Ok(_) => {}
+                    Err(bounded::DecodeError::TooLarge { limit }) => {
+                        return Err(ZstdError::TooLarge { limit });
+                    }
+                    Err(bounded::DecodeError::Corrupt(why)) => {
+                        // The harness recovers nothing from a torn frame that
+                        // does not decode; the complete frames stand.
+                        text.truncate(text_start);
+                        reason = format!("torn final frame does not decode: {why}");
+                    }
+                }
+            }
             torn = Some(TornFrame {
                 frame: frames,
                 offset: start as u64,
                 bytes: (bytes.len() - start) as u64,
-                decoded: 0,
-                reason: "zero-filled tail where a frame should start".into(),
+                decoded: (text.len() - text_start) as u64,
+                reason,
             });
             break;
         }
-        loop {
-            let mut input = InBuffer::around(&bytes[pos..]);
-            let mut output = OutBuffer::around(&mut buf[..]);
-            let hint = dec
-                .run(&mut input, &mut output)
-                .map_err(|e| corrupt(frames, start, e.to_string()))?;
-            let (read, written) = (input.pos(), output.pos());
-            text.extend_from_slice(&buf[..written]);
-            pos += read;
-            if hint == 0 {
-                break;
-            }
-            if pos == bytes.len() && written < buf.len() {
-                torn = Some(TornFrame {
-                    frame: frames,
-                    offset: start as u64,
-                    bytes: (bytes.len() - start) as u64,
-                    decoded: (text.len() - text_start) as u64,
-                    reason: "the file ends inside the frame (torn write)".into(),
-                });
-                break 'frames;
-            }
-            if read == 0 && written == 0 {
-                return Err(corrupt(
-                    frames,
-                    start,
-                    "the decoder made no progress".into(),
-                ));
-            }
+        let d = bounded::decode_frame(&mut dec, &bytes[pos..complete_end], &mut text, limit)
+            .map_err(|e| match e {
+                bounded::DecodeError::TooLarge { limit } => ZstdError::TooLarge { limit },
+                bounded::DecodeError::Corrupt(reason) => corrupt(frames, start, reason),
+            })?;
+        pos += d.consumed;
+        if !d.complete {
+            return Err(corrupt(
+                frames,
+                start,
+                "a structurally complete frame did not decode to its end".into(),
+            ));
         }
         let frame_text = &text[text_start..];
         if frames == 0 {
@@ -591,7 +626,16 @@ pub fn read_zstd_session(bytes: &[u8]) -> Result<ZstdText, ZstdError> {
         }
         frames += 1;
     }
-    Ok(ZstdText { text, frames, torn })
+    let complete_bytes = match &torn {
+        Some(t) => text.len() - t.decoded as usize,
+        None => text.len(),
+    };
+    Ok(ZstdText {
+        text,
+        frames,
+        complete_bytes,
+        torn,
+    })
 }
 
 fn compressor() -> io::Result<zstd::bulk::Compressor<'static>> {
@@ -696,167 +740,6 @@ pub fn turn_batches(events: &[Event<'_>]) -> Vec<usize> {
 }
 
 // ---------------------------------------------------------------------------
-// Root layouts
-// ---------------------------------------------------------------------------
-
-fn is_kept(c: u16) -> bool {
-    c < 0x80 && {
-        let b = c as u8;
-        b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-'
-    }
-}
-
-/// Escapes a session id into a file name, injectively, as the harness does:
-/// `[A-Za-z0-9._-]` kept; every other UTF-16 code unit (so `~`, and both
-/// halves of an astral character) written `~XXXX` with 4 upper-case hex
-/// digits. The whole ids `.` and `..` (which name directories) are escaped
-/// unit by unit: `~002E` and `~002E~002E`, so no id escapes to a name the
-/// file system treats specially. The empty id escapes to the empty string
-/// (which names no file: the store never holds an empty id).
-///
-/// ```
-/// use sessionlog::adapters::harness::id_escape;
-/// assert_eq!(id_escape("a/b"), "a~002Fb");
-/// assert_eq!(id_escape("~"), "~007E");
-/// assert_eq!(id_escape(".."), "~002E~002E");
-/// assert_eq!(id_escape("a..b"), "a..b");
-/// ```
-pub fn id_escape(id: &str) -> String {
-    if id == "." || id == ".." {
-        return "~002E".repeat(id.len());
-    }
-    let mut out = String::with_capacity(id.len());
-    for unit in id.encode_utf16() {
-        if is_kept(unit) {
-            out.push(unit as u8 as char);
-        } else {
-            out.push_str(&format!("~{unit:04X}"));
-        }
-    }
-    out
-}
-
-/// Reverses [`id_escape`]. `None` for a name [`id_escape`] never produces:
-/// a character outside the kept set, a `~` not followed by 4 upper-case hex
-/// digits, a needless escape (`~0041`), a bare `.` or `..`, or escapes that
-/// are not valid UTF-16 (a lone surrogate).
-pub fn id_unescape(name: &str) -> Option<String> {
-    let b = name.as_bytes();
-    let mut units = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'~' {
-            let hex = b.get(i + 1..i + 5)?;
-            if !hex
-                .iter()
-                .all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(c))
-            {
-                return None;
-            }
-            units.push(u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
-            i += 5;
-        } else if is_kept(u16::from(b[i])) {
-            units.push(u16::from(b[i]));
-            i += 1;
-        } else {
-            return None;
-        }
-    }
-    let id = String::from_utf16(&units).ok()?;
-    (id_escape(&id) == name).then_some(id)
-}
-
-/// The older layout's directory for a working directory:
-/// `cwd-<first 12 lower-case hex digits of sha256(cwd as UTF-8)>`, or
-/// `_no-cwd` when the session has none.
-///
-/// ```
-/// use sessionlog::adapters::harness::cwd_dir_name;
-/// assert_eq!(cwd_dir_name(None), "_no-cwd");
-/// assert_eq!(cwd_dir_name(Some("/")), "cwd-8a5edab28263");
-/// ```
-pub fn cwd_dir_name(cwd: Option<&str>) -> String {
-    use sha2::{Digest, Sha256};
-    let Some(cwd) = cwd else {
-        return NO_CWD_DIR.to_owned();
-    };
-    let digest = Sha256::digest(cwd.as_bytes());
-    let mut out = String::from("cwd-");
-    for b in &digest[..6] {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
-}
-
-fn is_older_layout_dir(name: &str) -> bool {
-    name == NO_CWD_DIR
-        || name.strip_prefix("cwd-").is_some_and(|h| {
-            h.len() == 12
-                && h.bytes()
-                    .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
-        })
-}
-
-/// Finds every session file under a harness sessions root, sorted:
-///
-/// - older layout: `<root>/cwd-<12 hex>/<name>.jsonl` and
-///   `<root>/_no-cwd/<name>.jsonl` (regular files);
-/// - current layout: `<root>/<any project dir>/<dir>/session.jsonl.zstd`, or
-///   `session.jsonl` when that directory has no compressed log (the
-///   compressed one is the backend's default and wins when both exist).
-///
-/// Symbolic links are not followed. A missing or unreadable root is an
-/// error; entries that vanish while walking are skipped.
-pub fn find_sessions(root: &Path) -> io::Result<Vec<PathBuf>> {
-    let mut found = Vec::new();
-    for project in std::fs::read_dir(root)? {
-        let project = project?;
-        if !project.file_type()?.is_dir() {
-            continue;
-        }
-        let older = is_older_layout_dir(&project.file_name().to_string_lossy());
-        let Ok(entries) = std::fs::read_dir(project.path()) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let path = entry.path();
-            if kind.is_file() {
-                if older && path.extension().is_some_and(|e| e == "jsonl") {
-                    found.push(path);
-                }
-            } else if kind.is_dir() {
-                let is_file =
-                    |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_file());
-                let zstd = path.join(ZSTD_FILE_NAME);
-                let plain = path.join(PLAIN_FILE_NAME);
-                if is_file(&zstd) {
-                    found.push(zstd);
-                } else if is_file(&plain) {
-                    found.push(plain);
-                }
-            }
-        }
-    }
-    found.sort();
-    Ok(found)
-}
-
-/// Where a session goes in a root the harness loads: the current layout,
-/// `<root>/<cwd_dir_name(cwd)>/<id_escape(id)>/session.jsonl[.zstd]`.
-pub fn export_path(root: &Path, header: &SessionHeader, zstd: bool) -> PathBuf {
-    root.join(cwd_dir_name(header.cwd.as_deref()))
-        .join(id_escape(&header.id))
-        .join(if zstd {
-            ZSTD_FILE_NAME
-        } else {
-            PLAIN_FILE_NAME
-        })
-}
-
-// ---------------------------------------------------------------------------
 // Import and export
 // ---------------------------------------------------------------------------
 
@@ -950,8 +833,8 @@ pub enum ImportError {
         /// The id.
         id: String,
     },
-    /// The store failed; the half-imported session was removed (and the
-    /// replaced one restored).
+    /// The store failed; nothing of the session is visible (and a replaced
+    /// one is still in place).
     #[error("{}: storing session {id:?}: {source}", path.display())]
     Store {
         /// The file.
@@ -1019,9 +902,11 @@ fn is_zstd_file(path: &Path, bytes: &[u8]) -> bool {
 /// same checks as an append), so a damaged log stores nothing: the error
 /// names the file, line and seq. A torn tail (last line, or final frame) is
 /// dropped and reported. An existing session with the same id is an error
-/// unless `replace`; then it is deleted and, should storing the new one
-/// fail, restored. If an append fails midway the half-imported session is
-/// deleted. An unclosed last turn is stored as it was and then closed with
+/// unless `replace`. The session is published whole ([`Store::import`]):
+/// with `replace` it is swapped in for the old one only once it is
+/// durable, so a failure or a crash never leaves a partial session or
+/// neither. A header-only file is stored as a session with no events. An
+/// unclosed last turn is stored as it was and then closed with
 /// [`Store::repair`] unless `repair` is false.
 pub fn import_file(
     store: &Store,
@@ -1033,14 +918,14 @@ pub fn import_file(
         source,
     })?;
     let zstd = is_zstd_file(path, &bytes);
-    let (text, torn_frame) = if zstd {
+    let (text, torn_frame, complete_bytes) = if zstd {
         let z = read_zstd_session(&bytes).map_err(|source| ImportError::Zstd {
             path: path.to_owned(),
             source,
         })?;
-        (z.text, z.torn)
+        (z.text, z.torn, Some(z.complete_bytes))
     } else {
-        (bytes, None)
+        (bytes, None, None)
     };
     let corrupt = |violation: Violation| {
         let (line, seq) = locate(&text, &violation);
@@ -1067,8 +952,21 @@ pub fn import_file(
         },
     };
 
-    // The store publishes the session whole, or swaps it in for the old
-    // one whole: a failure (or a crash) leaves the store as it was.
+    // A bad line or seq gap inside a complete Zstandard frame is damage:
+    // the frame was a finished write (the harness refuses such a log).
+    if let (Some(t), Some(complete)) = (&session.torn, complete_bytes)
+        && line_start(&text, t.line) < complete
+    {
+        return Err(corrupt(Violation::new(
+            Location::Line(t.line),
+            Rule::Json,
+            format!("inside a complete Zstandard frame: {}", t.reason),
+        )));
+    }
+
+    // The store publishes the session whole (a header-only one too), or
+    // swaps it in for the old one whole: a failure (or a crash) leaves the
+    // store as it was.
     let replaced = store.exists(&id).map_err(store_err)?;
     if replaced && !opts.replace {
         return Err(ImportError::Exists {
@@ -1076,15 +974,13 @@ pub fn import_file(
             id,
         });
     }
-    store
-        .import(header, &session.events, opts.replace)
-        .map_err(|e| match e {
-            store::Error::Exists(_) => ImportError::Exists {
-                path: path.to_owned(),
-                id: id.clone(),
-            },
-            e => store_err(e),
-        })?;
+    storing::store_session(store, header, &session.events, opts.replace).map_err(|e| match e {
+        store::Error::Exists(_) => ImportError::Exists {
+            path: path.to_owned(),
+            id: id.clone(),
+        },
+        e => store_err(e),
+    })?;
     let closers = if open && opts.repair {
         store.repair(&id).map_err(store_err)?
     } else {
@@ -1101,6 +997,16 @@ pub fn import_file(
         closers,
         left_open: open && !opts.repair,
     })
+}
+
+/// The byte offset where 1-based `line` starts in `text`.
+fn line_start(text: &[u8], line: u64) -> usize {
+    if line <= 1 {
+        return 0;
+    }
+    memchr::memchr_iter(b'\n', text)
+        .nth(line as usize - 2)
+        .map_or(text.len(), |p| p + 1)
 }
 
 /// How [`export_session`] writes.
@@ -1170,8 +1076,10 @@ pub fn export_session(
 }
 
 /// Exports a stored session into a harness sessions root, at
-/// [`export_path`] (creating its directories); the file is written and
-/// synced beside it, then renamed into place. Returns its path.
+/// [`export_path`]. Every directory it creates is created alone and its
+/// parent synced; the file is written beside its final name (a random
+/// suffix), synced, renamed into place, and its directory synced. Returns
+/// its path.
 pub fn export_session_to_root(
     store: &Store,
     id: &str,
@@ -1182,14 +1090,8 @@ pub fn export_session_to_root(
     let report = export_session(store, id, &mut buf, opts)?;
     let path = export_path(root, &report.header, opts.zstd);
     let dir = path.parent().expect("export paths have a parent");
-    std::fs::create_dir_all(dir)?;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(&buf)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    // The rename is durable only once the directory holding it is synced.
-    std::fs::File::open(dir)?.sync_all()?;
+    create_dirs_durably(dir)?;
+    write_atomically(&path, &buf)?;
     Ok(path)
 }
 

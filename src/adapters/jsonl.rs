@@ -7,6 +7,7 @@
 //! gap ends the kept prefix, unless a `turn/end` follows it (on that line or
 //! later), in which case it is corruption: the harness wrote on past it.
 
+use crate::adapters::bounded;
 use crate::event::{Event, RawEvent};
 use crate::header::{ParsedHeader, SessionHeader};
 use crate::invariants;
@@ -59,6 +60,26 @@ pub struct JsonlSession<'a> {
 /// assert_eq!(s.torn.unwrap().line, 3);
 /// ```
 pub fn read_session(input: &[u8], strict: bool) -> Result<JsonlSession<'_>, Violation> {
+    read(input, strict, false)
+}
+
+/// Validates a harness JSONL session file as `check` does: like
+/// [`read_session`], except that every complete line counts. An unparsable
+/// line or a seq gap is reported as a violation even when no `turn/end`
+/// follows it (the loader, [`read_session`], treats that as a torn tail and
+/// keeps the prefix). Only a final fragment without a newline is ignored.
+///
+/// ```
+/// use sessionlog::adapters::jsonl::{check_session, read_session};
+/// let file = b"{\"type\":\"session\",\"id\":\"s\",\"createdAt\":0}\n{\"type\":\"turn/start\",\"seq\":1,\"time\":0,\"data\":{\"turn\":1}}\n";
+/// assert!(read_session(file, false).unwrap().torn.is_some());
+/// assert!(check_session(file, false).is_err());
+/// ```
+pub fn check_session(input: &[u8], strict: bool) -> Result<JsonlSession<'_>, Violation> {
+    read(input, strict, true)
+}
+
+fn read(input: &[u8], strict: bool, validate: bool) -> Result<JsonlSession<'_>, Violation> {
     let mut lines: Vec<&[u8]> = input.split(|&b| b == b'\n').collect();
     let mut torn = None;
     // `split` yields a last piece after the final newline: empty when the file
@@ -95,7 +116,7 @@ pub fn read_session(input: &[u8], strict: bool) -> Result<JsonlSession<'_>, Viol
         let line = trim_cr(raw_line);
         // Ends the kept prefix, or is corruption when a turn/end follows.
         let stop = |rule: Rule, loc: Location, reason: String| {
-            if lines[idx..].iter().any(|l| is_turn_end(l)) {
+            if validate || lines[idx..].iter().any(|l| is_turn_end(l)) {
                 Err(Violation::new(loc, rule, reason))
             } else {
                 Ok(TornTail {
@@ -246,6 +267,21 @@ pub fn expand_packed_row<'a>(row: &Fields<'a>) -> Result<Vec<Event<'a>>, String>
     }
     let need = |k: &'static str| data.get(k).ok_or_else(|| format!("data.{k} is missing"));
     let (turn, step, index) = (need("turn")?, need("step")?, need("index")?);
+    // The harness requires numbers here; a bound on their length (and on
+    // the copied strings below) bounds how much larger than the row its
+    // expansion can be, since every member repeats them.
+    for (k, v) in [("turn", turn), ("step", step), ("index", index)] {
+        if !is_number(v) {
+            return Err(format!("data.{k} must be a number"));
+        }
+        if v.get().len() > bounded::MAX_PACKED_NUMBER_BYTES {
+            return Err(format!(
+                "data.{k} is a number literal of {} bytes (limit {})",
+                v.get().len(),
+                bounded::MAX_PACKED_NUMBER_BYTES
+            ));
+        }
+    }
     let pieces = json::array(need(if tool { "args" } else { "texts" })?)
         .ok_or("texts/args must be an array")?;
     if pieces.is_empty() {
@@ -268,10 +304,25 @@ pub fn expand_packed_row<'a>(row: &Fields<'a>) -> Result<Vec<Event<'a>>, String>
         if json::string(id).is_none() {
             return Err("id must be a string".into());
         }
-        (Some(id), data.get("name"))
+        let name = data.get("name");
+        if name.is_some_and(|n| json::string(n).is_none()) {
+            return Err("name must be a string".into());
+        }
+        (Some(id), name)
     } else {
         (None, None)
     };
+    let replicated = turn.get().len()
+        + step.get().len()
+        + index.get().len()
+        + id.map_or(0, |v| v.get().len())
+        + name.map_or(0, |v| v.get().len());
+    if replicated > bounded::MAX_PACKED_REPLICATED_BYTES {
+        return Err(format!(
+            "turn, step, index, id and name take {replicated} bytes, copied into every member (limit {})",
+            bounded::MAX_PACKED_REPLICATED_BYTES
+        ));
+    }
     let mut out = Vec::with_capacity(pieces.len());
     let mut time = time0;
     for (k, piece) in pieces.iter().enumerate() {
@@ -319,6 +370,14 @@ pub fn expand_packed_row<'a>(row: &Fields<'a>) -> Result<Vec<Event<'a>>, String>
         });
     }
     Ok(out)
+}
+
+/// Whether a raw JSON value is a number.
+fn is_number(v: &RawValue) -> bool {
+    v.get()
+        .as_bytes()
+        .first()
+        .is_some_and(|b| *b == b'-' || b.is_ascii_digit())
 }
 
 /// Writes a plain JSONL session: the header line, then one event per line.

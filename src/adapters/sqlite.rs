@@ -2,22 +2,25 @@
 //! table (one row per session header) and an `events` table (one row per
 //! logical event, `data`, `source_event_seqs` and `surface_op` as JSON text).
 //!
-//! sessionlog reads only schema version 4 (`PRAGMA user_version`) and never
-//! migrates: any other version, or tables whose columns differ from the DDL,
-//! are rejected before a row is read. Every row passes the same rules as a
+//! [`read_db`] and [`import_db`] read schema 4 here and schema 17 through
+//! [`crate::adapters::sqlite17`], by `PRAGMA user_version`, and never
+//! migrate: any other version, or tables whose columns differ from the DDL,
+//! are rejected before a row is read. Exports of both go through
+//! [`crate::adapters::sqlite_export`]. Every row passes the same rules as a
 //! JSONL line: the columns are assembled into one JSON envelope, parsed by
 //! [`Event::from_json`] and folded through a [`SessionState`], so the first
 //! broken rule is reported with its session and seq.
 //!
 //! Import validates the whole database before it writes anything to the
-//! store; export writes each session in one transaction.
+//! store; export writes all sessions in one transaction, atomically.
 
+use crate::adapters::storing;
 use crate::event::{Event, OwnedEvent, SurfaceOp};
 use crate::header::SessionHeader;
 use crate::session::SessionState;
 use crate::store::{self, Store};
 use crate::violation::{Location, Rule, Violation};
-use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::value::RawValue;
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -109,15 +112,86 @@ pub enum SqliteError {
         /// The SQLite error.
         source: rusqlite::Error,
     },
-    /// `PRAGMA user_version` is not 4.
+    /// `PRAGMA user_version` is neither 4 nor 17 (or not the one expected).
     #[error(
-        "{path}: SQLite schema version {found} is not supported: sessionlog reads only schema version 4 and never migrates"
+        "{path}: SQLite schema version {found} is not supported: sessionlog reads and writes schema versions 4 and 17 and never migrates"
     )]
     UnsupportedSchema {
         /// The database file.
         path: PathBuf,
         /// The `user_version` found.
         found: i64,
+    },
+    /// `PRAGMA application_id` is not the harness's (schema 17).
+    #[error(
+        "{path}: application id {found}, expected {} (a harness session database)",
+        crate::adapters::sqlite17::APPLICATION_ID
+    )]
+    ApplicationId {
+        /// The database file.
+        path: PathBuf,
+        /// The id found.
+        found: i64,
+    },
+    /// The database's objects (tables, indexes, triggers, views) are not
+    /// exactly those of the schema's DDL.
+    #[error("{path}: the database does not contain exactly the required schema objects: {detail}")]
+    SchemaObjects {
+        /// The database file.
+        path: PathBuf,
+        /// What differs.
+        detail: String,
+    },
+    /// The `persistence_state` row is missing or its store id is not a UUID.
+    #[error("{path}: no valid store identity (persistence_state store_id {found:?})")]
+    StoreId {
+        /// The database file.
+        path: PathBuf,
+        /// The store id found, if it is text.
+        found: Option<String>,
+    },
+    /// A physical row does not decode (schema 17), or breaks the seq order,
+    /// before a later `turn/end`.
+    #[error("{path}: session {session:?}{}: corrupt session log: {reason}", .seq.map(|s| format!(", events row seq {s}")).unwrap_or_else(|| ", sessions row".into()))]
+    CorruptRow {
+        /// The database file.
+        path: PathBuf,
+        /// The session id.
+        session: String,
+        /// The row's `seq`; `None` for the `sessions` row.
+        seq: Option<i64>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Export was asked for a schema version it does not write.
+    #[error(
+        "{path}: cannot write SQLite schema version {version}: sessionlog writes schema versions 4 and 17"
+    )]
+    UnsupportedExportSchema {
+        /// The database file.
+        path: PathBuf,
+        /// The version asked for.
+        version: i64,
+    },
+    /// Export into an existing database of another schema version.
+    #[error(
+        "{path}: the database is SQLite schema version {found}; refusing to add schema {asked} rows to it (export with --schema {found}, or to a new file)"
+    )]
+    OtherSchema {
+        /// The database file.
+        path: PathBuf,
+        /// Its `user_version`.
+        found: i64,
+        /// The version asked for.
+        asked: i64,
+    },
+    /// An I/O step of an atomic export failed (temporary file, sync, rename).
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
     },
     /// A table is missing or differs from the schema 4 DDL.
     #[error("{path}: table {table:?} does not match SQLite schema version 4: {detail}")]
@@ -189,7 +263,7 @@ pub enum SqliteError {
         source: Box<store::Error>,
     },
     /// A stored session holds something schema 4 has no column for.
-    #[error("{path}: session {session:?}{}: cannot be written to schema 4: {reason}", .seq.map(|s| format!(", seq {s}")).unwrap_or_default())]
+    #[error("{path}: session {session:?}{}: cannot be written to the SQLite schema: {reason}", .seq.map(|s| format!(", seq {s}")).unwrap_or_default())]
     Unrepresentable {
         /// The database file.
         path: PathBuf,
@@ -228,6 +302,10 @@ pub struct SqliteSession {
     /// The closers crash repair would append (empty when the last turn is
     /// closed).
     pub closers: Vec<OwnedEvent>,
+    /// Schema 17: the first seq of a torn physical tail that was left out
+    /// (rows after the last `turn/end` that do not decode or break the seq
+    /// order), as the harness's loader leaves it out.
+    pub torn_from: Option<u64>,
 }
 
 /// What [`import_db`] did for one session.
@@ -241,6 +319,8 @@ pub struct ImportedSession {
     pub closers: u64,
     /// A session with this id was deleted first.
     pub replaced: bool,
+    /// Schema 17: the first seq of a torn physical tail left out.
+    pub torn_from: Option<u64>,
 }
 
 /// What [`import_db`] did, session by session in database order.
@@ -252,7 +332,7 @@ pub struct ImportReport {
     pub sessions: Vec<ImportedSession>,
 }
 
-fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> SqliteError + '_ {
+pub(crate) fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> SqliteError + '_ {
     move |source| SqliteError::Sqlite {
         path: path.to_owned(),
         source,
@@ -260,7 +340,7 @@ fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> SqliteError + '_ {
 }
 
 /// Checks `PRAGMA user_version` and both tables against the schema 4 DDL.
-fn check_schema(conn: &Connection, path: &Path) -> Result<(), SqliteError> {
+pub(crate) fn check_schema(conn: &Connection, path: &Path) -> Result<(), SqliteError> {
     let err = sql_err(path);
     let found: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
@@ -398,16 +478,26 @@ fn open_read_only(path: &Path) -> Result<Connection, SqliteError> {
     .map_err(sql_err(path))
 }
 
-/// Reads every session of a schema 4 database, in `sessions` row order,
-/// checking every row by the rules of the session model (non-strict).
+/// Reads every session of a schema 4 or schema 17 database (by its
+/// `PRAGMA user_version`; any other version is refused, naming it), in
+/// `sessions` row order, checking every row by the rules of the session
+/// model (non-strict), and for schema 17 every check the harness's reader
+/// makes ([`crate::adapters::sqlite17`]).
 ///
 /// The database is opened read-only and read in one transaction.
 pub fn read_db(path: impl AsRef<Path>) -> Result<Vec<SqliteSession>, SqliteError> {
     let path = path.as_ref();
     let mut conn = open_read_only(path)?;
     let tx = conn.transaction().map_err(sql_err(path))?;
-    check_schema(&tx, path)?;
-    let sessions = read_sessions(&tx, path)?;
+    let version: i64 = tx
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(sql_err(path))?;
+    let sessions = if version == crate::adapters::sqlite17::SCHEMA_VERSION {
+        crate::adapters::sqlite17::read_sessions(&tx, path)?
+    } else {
+        check_schema(&tx, path)?;
+        read_sessions(&tx, path)?
+    };
     tx.finish().map_err(sql_err(path))?;
     Ok(sessions)
 }
@@ -501,6 +591,7 @@ fn read_sessions(conn: &Connection, path: &Path) -> Result<Vec<SqliteSession>, S
             header,
             events,
             closers: state.closers(),
+            torn_from: None,
         });
     }
     Ok(out)
@@ -547,7 +638,7 @@ impl SessionRow {
 /// Assembles the JSON envelope of one `events` row into `line`. Each JSON
 /// column must hold exactly one JSON value, so a column cannot smuggle
 /// extra envelope keys into the line.
-fn envelope_line(
+pub(crate) fn envelope_line(
     line: &mut String,
     seq: i64,
     kind: &str,
@@ -587,15 +678,16 @@ fn envelope_line(
     Ok(())
 }
 
-/// Imports every session of a schema 4 database into `store`.
+/// Imports every session of a schema 4 or 17 database into `store`.
 ///
 /// The whole database is read and checked first ([`read_db`]), so an
 /// invalid row leaves the store unchanged. An id already in the store is an
-/// error (before anything is written) unless `replace`. Each session is
-/// published whole with [`Store::import`] (with `replace`, swapped in for
-/// the stored one only once it is durable), so a failure or a crash never
-/// leaves a partial session. Then the session is repaired like after a
-/// crash: an unclosed last turn gets its closers.
+/// error (before anything is written) unless `replace`. Each session goes in
+/// through [`storing::store_session`], which publishes it whole (with
+/// `replace`, swapped in for the stored one only once it is durable), so a
+/// failure or a crash never leaves a partial session; header-only sessions
+/// are stored too. Then the session is repaired like after a crash: an
+/// unclosed last turn gets its closers.
 pub fn import_db(
     store: &Store,
     path: impl AsRef<Path>,
@@ -632,9 +724,7 @@ pub fn import_db(
         };
         let replaced = existing.contains(&id);
         let n = session.events.len() as u64;
-        // Each session is published whole (or replaces the old one whole).
-        store
-            .import(session.header, &session.events, replace)
+        storing::store_session(store, session.header, &session.events, replace)
             .map_err(store_err)?;
         let closers = store.repair(&id).map_err(store_err)?;
         report.sessions.push(ImportedSession {
@@ -642,95 +732,31 @@ pub fn import_db(
             id,
             events: n,
             replaced,
+            torn_from: session.torn_from,
         });
     }
     Ok(report)
 }
 
-/// Exports sessions of `store` to a schema 4 database at `path`.
-///
-/// A missing file (or an empty database) is created with the exact DDL and
-/// `user_version` 4; an existing database must pass the same schema check
-/// as [`read_db`], and the sessions are added to it. The database is put in
-/// WAL journal mode. Every id is checked first: an id already in the
-/// database (or listed twice) is an error and nothing is written. Each
-/// session is then written in one transaction: its `sessions` row, then its
-/// `events` rows. Header fields schema 4 has no column for (`origin`,
-/// `delegationDepth`, `agentPreset`) are not written; an event with
-/// `ignorable` (no column either) is an error.
+/// Exports sessions of `store` to a schema 4 database at `path`: see
+/// [`crate::adapters::sqlite_export::export_db`], which this calls with
+/// schema 4.
 pub fn export_db(store: &Store, ids: &[String], path: impl AsRef<Path>) -> Result<(), SqliteError> {
-    let path = path.as_ref();
-    let err = sql_err(path);
-    let mut conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(&err)?;
-    conn.execute_batch("PRAGMA foreign_keys = ON")
-        .map_err(&err)?;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-        .map_err(&err)?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(SqliteError::JournalMode {
-            path: path.to_owned(),
-            found: mode,
-        });
-    }
-    {
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(&err)?;
-        let version: i64 = tx
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(&err)?;
-        let objects: i64 = tx
-            .query_row("SELECT COUNT(*) FROM sqlite_schema", [], |r| r.get(0))
-            .map_err(&err)?;
-        if version == 0 && objects == 0 {
-            tx.execute_batch(DDL).map_err(&err)?;
-            tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
-                .map_err(&err)?;
-        }
-        check_schema(&tx, path)?;
-        let mut seen = HashSet::new();
-        for id in ids {
-            if !seen.insert(id.as_str()) {
-                return Err(SqliteError::DuplicateId {
-                    path: path.to_owned(),
-                    session: id.clone(),
-                });
-            }
-            if session_in_db(&tx, id).map_err(&err)? {
-                return Err(SqliteError::ExistsInDb {
-                    path: path.to_owned(),
-                    session: id.clone(),
-                });
-            }
-        }
-        tx.commit().map_err(&err)?;
-    }
-    for id in ids {
-        let (header, events) = store.load(id).map_err(|source| SqliteError::Store {
-            path: path.to_owned(),
-            session: id.clone(),
-            source: Box::new(source),
-        })?;
-        export_session(&mut conn, path, &header, &events)?;
-    }
-    Ok(())
+    crate::adapters::sqlite_export::export_db(store, ids, path.as_ref(), SCHEMA_VERSION)
 }
 
-fn session_in_db(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
-    conn.query_row("SELECT 1 FROM sessions WHERE id = ?1", [id], |_| Ok(()))
-        .optional()
-        .map(|r| r.is_some())
+/// Creates the schema 4 tables and version in an empty database.
+pub(crate) fn initialize(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(DDL)?;
+    conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
 }
 
-fn export_session(
-    conn: &mut Connection,
+/// Writes one session's `sessions` row and `events` rows in schema 4.
+/// Header fields schema 4 has no column for (`origin`, `delegationDepth`,
+/// `agentPreset`) are not written; an event with `ignorable` (no column
+/// either) is an error.
+pub(crate) fn insert_session(
+    tx: &Connection,
     path: &Path,
     header: &SessionHeader,
     events: &[OwnedEvent],
@@ -760,15 +786,6 @@ fn export_session(
             ),
         ));
     }
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(&err)?;
-    if session_in_db(&tx, &header.id).map_err(&err)? {
-        return Err(SqliteError::ExistsInDb {
-            path: path.to_owned(),
-            session: header.id.clone(),
-        });
-    }
     tx.prepare_cached(
         "INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )
@@ -783,33 +800,31 @@ fn export_session(
         ])
     })
     .map_err(&err)?;
-    {
-        let mut stmt = tx
-            .prepare_cached(
-                "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )
-            .map_err(&err)?;
-        for e in events {
-            let seq = int(e.seq, "seq", Some(e.seq))?;
-            let sources = e.source_event_seqs.as_deref().map(sources_json);
-            let op = e.surface_op.map(surface_op_json);
-            stmt.execute(params![
-                header.id,
-                seq,
-                e.kind.as_ref(),
-                e.time,
-                e.data.get(),
-                sources,
-                op
-            ])
-            .map_err(&err)?;
-        }
+    let mut stmt = tx
+        .prepare_cached(
+            "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .map_err(&err)?;
+    for e in events {
+        let seq = int(e.seq, "seq", Some(e.seq))?;
+        let sources = e.source_event_seqs.as_deref().map(sources_json);
+        let op = e.surface_op.map(surface_op_json);
+        stmt.execute(params![
+            header.id,
+            seq,
+            e.kind.as_ref(),
+            e.time,
+            e.data.get(),
+            sources,
+            op
+        ])
+        .map_err(&err)?;
     }
-    tx.commit().map_err(&err)
+    Ok(())
 }
 
 /// `[1,2]`.
-fn sources_json(src: &[u64]) -> String {
+pub(crate) fn sources_json(src: &[u64]) -> String {
     let mut out = String::with_capacity(2 + src.len() * 4);
     out.push('[');
     for (i, s) in src.iter().enumerate() {
@@ -823,7 +838,7 @@ fn sources_json(src: &[u64]) -> String {
 }
 
 /// `"append"` or `{"op":"replace","start":S,"end":E}`.
-fn surface_op_json(op: SurfaceOp) -> String {
+pub(crate) fn surface_op_json(op: SurfaceOp) -> String {
     match op {
         SurfaceOp::Append => "\"append\"".into(),
         SurfaceOp::Replace { start, end } => {

@@ -1,0 +1,20 @@
+//! Putting one imported session into a [`Store`]: the one place every
+//! format's import goes through.
+
+use crate::event::Event;
+use crate::header::SessionHeader;
+use crate::store::{self, Store};
+
+/// Stores an imported session whole with [`Store::import`]: published in
+/// one rename once it is durable (a session with no events too: a
+/// header-only file is a session, and an import keeps it), or, with
+/// `replace`, swapped in for the stored session of that id in one atomic
+/// exchange. A failure or a crash leaves the store as it was.
+pub fn store_session(
+    store: &Store,
+    header: SessionHeader,
+    events: &[Event<'_>],
+    replace: bool,
+) -> store::Result<()> {
+    store.import(header, events, replace)
+}
