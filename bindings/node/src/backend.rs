@@ -1,0 +1,449 @@
+//! The harness's `PersistenceBackend` hooks over one [`Store`], with JSON
+//! text at the boundary. Plain Rust: the napi layer (`lib.rs`) runs each of
+//! these on a worker thread.
+//!
+//! Event text is never parsed into `serde_json::Value` or `String`: a batch
+//! is split into [`RawValue`]s and each event goes through
+//! [`Event::from_json`], which keeps `data` as the verbatim text. JavaScript's
+//! `JSON.stringify` writes a lone UTF-16 surrogate as the ASCII escape
+//! `\ud800`, which a `String` cannot hold but a `RawValue` keeps as it is, so
+//! such strings round-trip exactly.
+
+use crate::header;
+use serde_json::value::RawValue;
+use sessionlog::event::{Event, OwnedEvent};
+use sessionlog::header::SessionHeader;
+use sessionlog::json;
+use sessionlog::store::{Error as StoreError, Options, Store};
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex};
+
+/// A failure of a hook: a stable code (the `code` a JS caller can switch on)
+/// and a message naming what to do.
+#[derive(Debug)]
+pub struct Failure {
+    /// `SESSIONLOG_*`.
+    pub code: &'static str,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+/// A hook's result.
+pub type Result<T> = std::result::Result<T, Failure>;
+
+fn fail(code: &'static str, message: impl Into<String>) -> Failure {
+    Failure {
+        code,
+        message: message.into(),
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Failure {
+        let code = match &e {
+            StoreError::Locked { .. } => "SESSIONLOG_LOCKED",
+            StoreError::Io { .. } => "SESSIONLOG_IO",
+            StoreError::Corrupt { .. } => "SESSIONLOG_CORRUPT",
+            StoreError::Rejected { .. } => "SESSIONLOG_REJECTED",
+            StoreError::NotFound(_) => "SESSIONLOG_NOT_FOUND",
+            StoreError::Exists(_) => "SESSIONLOG_EXISTS",
+            StoreError::Poisoned(_) => "SESSIONLOG_POISONED",
+            StoreError::ReadOnly => "SESSIONLOG_READ_ONLY",
+            StoreError::BadId { .. } => "SESSIONLOG_BAD_ID",
+            StoreError::TooLarge { .. } => "SESSIONLOG_TOO_LARGE",
+            _ => "SESSIONLOG_STORE",
+        };
+        fail(code, e.to_string())
+    }
+}
+
+/// One open store and what this process knows about its sessions. Shared
+/// by every handle on the same root in the process: the store admits one
+/// writer at a time, so two handles on one root must not open it twice.
+pub struct Shared {
+    /// The canonical root, which qualifies every revision.
+    root: PathBuf,
+    store: Store,
+    /// Headers of the stored sessions, read from the catalog once and kept
+    /// current by this process's appends (the only writer): existence checks
+    /// and suffix reads then need no catalog scan.
+    headers: Mutex<Option<HashMap<String, SessionHeader>>>,
+    /// The next seq of each session this process has read or written: the
+    /// revision without reading the log again.
+    next_seq: Mutex<HashMap<String, u64>>,
+    /// Sessions whose torn tail (cut by the store when it loaded them) was
+    /// already handed to `commitRepair`: the marker is reported only until
+    /// then, as the harness requires ("present iff there is a torn tail").
+    torn_repaired: Mutex<HashSet<String>>,
+}
+
+struct Entry {
+    shared: Arc<Shared>,
+    handles: usize,
+}
+
+/// Every store this process has open, by canonical root.
+static STORES: LazyLock<Mutex<HashMap<PathBuf, Entry>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn io(what: &str, path: &Path, e: std::io::Error) -> Failure {
+    fail("SESSIONLOG_IO", format!("{what} {}: {e}", path.display()))
+}
+
+/// The canonical form of `root`, creating the directory if needed.
+fn canonical(root: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(root).map_err(|e| io("cannot create store root", root, e))?;
+    root.canonicalize()
+        .map_err(|e| io("cannot resolve store root", root, e))
+}
+
+/// Opens (or joins) the store at `root` for one more handle.
+pub fn acquire(root: &Path) -> Result<Arc<Shared>> {
+    let root = canonical(root)?;
+    let mut stores = STORES.lock().expect("store registry");
+    if let Some(entry) = stores.get_mut(&root) {
+        entry.handles += 1;
+        return Ok(entry.shared.clone());
+    }
+    let store = Store::open(&root, Options::default())?;
+    let shared = Arc::new(Shared {
+        root: root.clone(),
+        store,
+        headers: Mutex::new(None),
+        next_seq: Mutex::new(HashMap::new()),
+        torn_repaired: Mutex::new(HashSet::new()),
+    });
+    stores.insert(
+        root,
+        Entry {
+            shared: shared.clone(),
+            handles: 1,
+        },
+    );
+    Ok(shared)
+}
+
+/// Gives back one handle's share; the last one flushes and closes the store,
+/// releasing its write lock for other processes.
+pub fn release(shared: Arc<Shared>) -> Result<()> {
+    let last = {
+        let mut stores = STORES.lock().expect("store registry");
+        match stores.get_mut(&shared.root) {
+            Some(entry) if entry.handles > 1 => {
+                entry.handles -= 1;
+                false
+            }
+            Some(_) => {
+                stores.remove(&shared.root);
+                true
+            }
+            None => false,
+        }
+    };
+    if last {
+        // The registry no longer hands this store out; once the last
+        // in-flight task drops its clone the lock file is released.
+        shared.store.clone().close()?;
+    } else {
+        shared.store.flush()?;
+    }
+    Ok(())
+}
+
+/// Parses a JSON array of events without reading any string in it.
+fn parse_events(text: &str) -> Result<Vec<Event<'_>>> {
+    let raws: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| {
+        fail(
+            "SESSIONLOG_BAD_INPUT",
+            format!("events are not a JSON array: {e}"),
+        )
+    })?;
+    raws.into_iter()
+        .map(|raw| {
+            Event::from_json(raw.get())
+                .map_err(|v| fail("SESSIONLOG_BAD_INPUT", format!("event refused: {v}")))
+        })
+        .collect()
+}
+
+fn write_events(out: &mut Vec<u8>, events: &[OwnedEvent]) {
+    out.push(b'[');
+    for (i, e) in events.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        e.write_json(out);
+    }
+    out.push(b']');
+}
+
+fn into_string(out: Vec<u8>) -> String {
+    String::from_utf8(out).expect("JSON output is UTF-8")
+}
+
+impl Shared {
+    /// The revision of a session with `next_seq` events: the store root (the
+    /// store's identity until `Store` exposes its id) and the log length.
+    /// Every append and every repair with closers adds events; a repair that
+    /// only cuts a torn tail leaves the readable log, and so the revision,
+    /// as it was.
+    fn revision(&self, next_seq: u64) -> String {
+        format!("sessionlog:{}:next-seq:{next_seq}", self.root.display())
+    }
+
+    fn with_headers<T>(&self, f: impl FnOnce(&mut HashMap<String, SessionHeader>) -> T) -> T {
+        let mut headers = self.headers.lock().expect("headers lock");
+        let map = headers.get_or_insert_with(|| {
+            self.store
+                .list()
+                .into_iter()
+                .map(|h| (h.id.clone(), h))
+                .collect()
+        });
+        f(map)
+    }
+
+    fn header(&self, id: &str) -> Option<SessionHeader> {
+        self.with_headers(|h| h.get(id).cloned())
+    }
+
+    fn remember(&self, id: &str, next_seq: u64) {
+        self.next_seq
+            .lock()
+            .expect("next_seq lock")
+            .insert(id.to_owned(), next_seq);
+    }
+
+    /// The session's next seq, reading the log when this process has not
+    /// seen it yet (the store has no cheaper accessor).
+    fn next_seq_of(&self, id: &str) -> Result<u64> {
+        if let Some(n) = self.next_seq.lock().expect("next_seq lock").get(id) {
+            return Ok(*n);
+        }
+        let events = self.store.read_from(id, 0)?;
+        let n = events.last().map_or(0, |e| e.seq + 1);
+        self.remember(id, n);
+        Ok(n)
+    }
+
+    /// The torn-tail marker to report for `id`: the offset where the store
+    /// cut a torn tail when it loaded the session, until a repair took it.
+    fn torn_marker(&self, id: &str) -> Option<u64> {
+        let torn_at = self.store.recovery(id)?.torn_at?;
+        (!self.torn_repaired.lock().expect("torn lock").contains(id)).then_some(torn_at)
+    }
+
+    /// `loadStored`: `{"meta","events","revision","tornMarker"?}` or `None`.
+    pub fn load_stored(&self, id: &str) -> Result<Option<String>> {
+        let Some(header) = self.header(id) else {
+            return Ok(None);
+        };
+        let events = self.store.read_from(id, 0)?;
+        let next_seq = events.last().map_or(0, |e| e.seq + 1);
+        self.remember(id, next_seq);
+        let mut out = Vec::with_capacity(256 + events.len() * 128);
+        out.extend_from_slice(b"{\"meta\":");
+        header::write_json(&header, &mut out);
+        out.extend_from_slice(b",\"events\":");
+        write_events(&mut out, &events);
+        out.extend_from_slice(b",\"revision\":");
+        json::write_str(&mut out, &self.revision(next_seq));
+        if let Some(marker) = self.torn_marker(id) {
+            let _ = write!(out, ",\"tornMarker\":{marker}");
+        }
+        out.push(b'}');
+        Ok(Some(into_string(out)))
+    }
+
+    /// `readStoredRevision`.
+    pub fn read_stored_revision(&self, id: &str) -> Result<Option<String>> {
+        if self.header(id).is_none() {
+            return Ok(None);
+        }
+        Ok(Some(self.revision(self.next_seq_of(id)?)))
+    }
+
+    /// `loadStoredFrom`: `{"meta","events"}` with the events at or past
+    /// `from`, decoding only the batches that hold them.
+    pub fn load_stored_from(&self, id: &str, from: u64) -> Result<Option<String>> {
+        let Some(header) = self.header(id) else {
+            return Ok(None);
+        };
+        let events = self.store.read_from(id, from)?;
+        let mut out = Vec::with_capacity(256 + events.len() * 128);
+        out.extend_from_slice(b"{\"meta\":");
+        header::write_json(&header, &mut out);
+        out.extend_from_slice(b",\"events\":");
+        write_events(&mut out, &events);
+        out.push(b'}');
+        Ok(Some(into_string(out)))
+    }
+
+    /// `appendBatch`: a durable append; the first one (`!materialized`)
+    /// declares the session, and the store publishes it in its catalog only
+    /// once that first batch is durable, so a crash between the two cannot
+    /// leave an empty listed session.
+    pub fn append_batch(&self, meta: &str, events: &str, materialized: bool) -> Result<()> {
+        let header = header::from_json(meta).map_err(|m| fail("SESSIONLOG_BAD_INPUT", m))?;
+        let events = parse_events(events)?;
+        let Some(last) = events.last() else {
+            return Ok(());
+        };
+        let next_seq = last.seq + 1;
+        let id = header.id.clone();
+        if materialized {
+            self.store.append(&id, &events)?;
+        } else {
+            self.store.create(header.clone())?;
+            if let Err(e) = self.store.append(&id, &events) {
+                // Take the declaration back so the id stays free, unless the
+                // batch was published before the failure (then the session
+                // exists, poisoned, and must not be deleted).
+                if !self.store.list().iter().any(|h| h.id == id) {
+                    let _ = self.store.delete(&id);
+                }
+                return Err(e.into());
+            }
+            self.with_headers(|h| h.insert(id.clone(), header));
+        }
+        self.remember(&id, next_seq);
+        Ok(())
+    }
+
+    /// `commitRepair`: the torn tail named by `torn_marker` was already cut
+    /// (durably zeroed) by the store when it loaded the session, so the
+    /// marker is checked and retired; then `closers` are appended.
+    pub fn commit_repair(&self, meta: &str, torn_marker: Option<f64>, closers: &str) -> Result<()> {
+        let header = header::from_json(meta).map_err(|m| fail("SESSIONLOG_BAD_INPUT", m))?;
+        let id = header.id;
+        if let Some(marker) = torn_marker {
+            let found = self.torn_marker(&id);
+            if found.map(|m| m as f64) != Some(marker) {
+                return Err(fail(
+                    "SESSIONLOG_STALE_REPAIR",
+                    format!(
+                        "session {id:?}: torn marker {marker} does not name the torn tail this store found ({found:?}); load the session again"
+                    ),
+                ));
+            }
+            self.torn_repaired
+                .lock()
+                .expect("torn lock")
+                .insert(id.clone());
+        }
+        let closers = parse_events(closers)?;
+        if let Some(last) = closers.last() {
+            let next_seq = last.seq + 1;
+            self.store.append(&id, &closers)?;
+            self.remember(&id, next_seq);
+        }
+        Ok(())
+    }
+
+    /// `list`: the headers of the stored (materialized) sessions.
+    pub fn list(&self) -> Result<String> {
+        let headers = self.store.list();
+        let mut out = Vec::with_capacity(headers.len() * 96 + 2);
+        out.push(b'[');
+        for (i, h) in headers.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            header::write_json(h, &mut out);
+        }
+        out.push(b']');
+        Ok(into_string(out))
+    }
+
+    /// `listSnapshots`: `{"header","revision"}` of every stored session.
+    pub fn list_snapshots(&self) -> Result<String> {
+        let headers = self.store.list();
+        let mut out = Vec::with_capacity(headers.len() * 160 + 2);
+        out.push(b'[');
+        for (i, h) in headers.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"header\":");
+            header::write_json(h, &mut out);
+            out.extend_from_slice(b",\"revision\":");
+            json::write_str(&mut out, &self.revision(self.next_seq_of(&h.id)?));
+            out.push(b'}');
+        }
+        out.push(b']');
+        Ok(into_string(out))
+    }
+}
+
+/// Where a session's files live under `root`, without touching the disk.
+pub fn session_dir(root: &Path, id: &str) -> Result<PathBuf> {
+    let name = sessionlog::fsutil::encode_session_dir_name(id).map_err(|e| {
+        fail(
+            "SESSIONLOG_BAD_ID",
+            format!("invalid session id {id:?}: {e}"),
+        )
+    })?;
+    // `sessions/` is the store's layout (format-spec.md, "Directory layout").
+    Ok(root.join("sessions").join(name))
+}
+
+/// Test-only: writes a torn record (a frame header promising more bytes than
+/// follow it, as a crash mid-write leaves) right after the committed end of
+/// the session's active segment. The store must not be open in this process,
+/// since an open store would write over it.
+pub fn corrupt_tail_for_test(root: &Path, id: &str) -> Result<()> {
+    let root = canonical(root)?;
+    if STORES.lock().expect("store registry").contains_key(&root) {
+        return Err(fail(
+            "SESSIONLOG_IN_USE",
+            format!(
+                "{} is open in this process; close every handle before corrupting a tail",
+                root.display()
+            ),
+        ));
+    }
+    // A read-only store neither repairs nor truncates: it reports the
+    // committed end as it is on disk.
+    let store = Store::open_read_only(&root)?;
+    let stats = store.stats(id)?;
+    drop(store);
+    let dir = session_dir(&root, id)?;
+    let mut segments: Vec<(u64, PathBuf)> = std::fs::read_dir(&dir)
+        .map_err(|e| io("cannot list", &dir, e))?
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            let first = sessionlog::segment::parse_segment_file_name(&name)?;
+            Some((first, dir.join(name)))
+        })
+        .collect();
+    segments.sort();
+    let (_, active) = segments.pop().ok_or_else(|| {
+        fail(
+            "SESSIONLOG_NOT_FOUND",
+            format!("session {id:?} has no segment"),
+        )
+    })?;
+    // `stats.bytes` counts sealed segments whole and the active one up to
+    // its committed end.
+    let mut sealed = 0;
+    for (_, path) in &segments {
+        sealed += std::fs::metadata(path)
+            .map_err(|e| io("cannot stat", path, e))?
+            .len();
+    }
+    let end = stats.bytes - sealed;
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&64u32.to_le_bytes()); // payload length
+    frame.extend_from_slice(&0x5EED_F00Du32.to_le_bytes()); // checksum
+    frame.extend_from_slice(&[0xA5; 20]); // 20 of the 64 payload bytes
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&active)
+        .map_err(|e| io("cannot open", &active, e))?;
+    std::os::unix::fs::FileExt::write_all_at(&file, &frame, end)
+        .map_err(|e| io("cannot write", &active, e))?;
+    file.sync_all().map_err(|e| io("cannot sync", &active, e))?;
+    Ok(())
+}
