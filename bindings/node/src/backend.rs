@@ -2,19 +2,34 @@
 //! text at the boundary. Plain Rust: the napi layer (`lib.rs`) runs each of
 //! these on a worker thread.
 //!
+//! # How harness events are stored
+//!
+//! Each harness event is stored whole, as the verbatim `data` of one store
+//! event of type [`VERBATIM_KIND`] with the harness event's own `seq` and
+//! `time`. The harness's `PersistenceCoordinator` is the authority on its
+//! events: it validates them on read (including legacy shapes it still
+//! normalizes, such as a pre-react-loop `steering/message` carrying
+//! `surfaceOp`, which the store's model refuses) and it drives crash repair
+//! through `loadStored`/`commitRepair` (a live session adopted after a hot
+//! reload keeps its open turn, which the store would close at load). An
+//! opaque type keeps the store's model out of both: the store still gives
+//! contiguity, durability, torn-tail detection and cutting, atomic first
+//! batches, the catalog and seek reads by seq. Sessions written natively
+//! (through the Rust API or an import) are read back as they are.
+//!
 //! Event text is never parsed into `serde_json::Value` or `String`: a batch
-//! is split into [`RawValue`]s and each event goes through
-//! [`Event::from_json`], which keeps `data` as the verbatim text. JavaScript's
-//! `JSON.stringify` writes a lone UTF-16 surrogate as the ASCII escape
-//! `\ud800`, which a `String` cannot hold but a `RawValue` keeps as it is, so
-//! such strings round-trip exactly.
+//! is split into [`RawValue`]s and only `seq` and `time` are read from each.
+//! JavaScript's `JSON.stringify` writes a lone UTF-16 surrogate as the ASCII
+//! escape `\ud800`, which a `String` cannot hold but a `RawValue` keeps as it
+//! is, so such strings round-trip exactly (as does every byte of the event).
 
 use crate::header;
 use serde_json::value::RawValue;
 use sessionlog::event::{Event, OwnedEvent};
 use sessionlog::header::SessionHeader;
-use sessionlog::json;
+use sessionlog::json::{self, Fields};
 use sessionlog::store::{Error as StoreError, Options, Store};
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -152,18 +167,42 @@ pub fn release(shared: Arc<Shared>) -> Result<()> {
     Ok(())
 }
 
-/// Parses a JSON array of events without reading any string in it.
+/// The store event type that carries one harness event verbatim.
+pub const VERBATIM_KIND: &str = "harness/event";
+
+/// Wraps a JSON array of harness events as store events, reading only each
+/// event's `seq` and `time` (no string in it is decoded).
 fn parse_events(text: &str) -> Result<Vec<Event<'_>>> {
-    let raws: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| {
-        fail(
-            "SESSIONLOG_BAD_INPUT",
-            format!("events are not a JSON array: {e}"),
-        )
-    })?;
+    let bad = |m: String| fail("SESSIONLOG_BAD_INPUT", m);
+    let raws: Vec<&RawValue> =
+        serde_json::from_str(text).map_err(|e| bad(format!("events are not a JSON array: {e}")))?;
     raws.into_iter()
         .map(|raw| {
-            Event::from_json(raw.get())
-                .map_err(|v| fail("SESSIONLOG_BAD_INPUT", format!("event refused: {v}")))
+            let fields = Fields::parse(raw.get())
+                .map_err(|e| bad(format!("event is not a JSON object: {e}")))?;
+            let seq = fields.get("seq").and_then(json::safe_u64).ok_or_else(|| {
+                bad(format!(
+                    "event lacks a non-negative safe integer seq: {}",
+                    raw.get()
+                ))
+            })?;
+            let time = fields
+                .get("time")
+                .and_then(json::safe_integer)
+                .ok_or_else(|| bad(format!("event {seq} lacks a safe integer time")))?;
+            Ok(Event {
+                kind: Cow::Borrowed(VERBATIM_KIND),
+                seq,
+                time,
+                data: Cow::Borrowed(raw),
+                source_event_seqs: None,
+                surface_op: None,
+                // A reader that does not know this type cannot interpret the
+                // payload, so it may only skip it (this also keeps a store
+                // opened in strict mode, which refuses unknown types that are
+                // not ignorable, able to take these events).
+                ignorable: true,
+            })
         })
         .collect()
 }
@@ -174,7 +213,11 @@ fn write_events(out: &mut Vec<u8>, events: &[OwnedEvent]) {
         if i > 0 {
             out.push(b',');
         }
-        e.write_json(out);
+        if e.kind == VERBATIM_KIND {
+            out.extend_from_slice(e.data.get().as_bytes());
+        } else {
+            e.write_json(out);
+        }
     }
     out.push(b']');
 }

@@ -4,7 +4,10 @@
 //! The harness header has no `type` key, carries `version` as any JS number
 //! (the coordinator, not the store, refuses unsupported versions on load, so
 //! a log written with version 99 or -1 must be storable and read back as it
-//! was), and omits `delegationDepth` for top-level sessions.
+//! was). `delegationDepth` is optional there ("absent (zero) for a top-level
+//! session"); the store keeps a number, so it is always written back, as 0
+//! when it was absent: the same header under the harness's reading, though
+//! not the same keys.
 
 use sessionlog::header::SessionHeader;
 use sessionlog::json::{self, Fields};
@@ -82,7 +85,7 @@ pub fn from_json(text: &str) -> Result<SessionHeader, String> {
 }
 
 /// Writes the harness header for `h`: the inverse of [`from_json`], with
-/// `delegationDepth` omitted when zero (the harness's top-level form).
+/// `delegationDepth` always present (see the module doc).
 pub fn write_json(h: &SessionHeader, out: &mut Vec<u8>) {
     let _ = write!(out, "{{\"version\":{},\"id\":", h.version as i64);
     json::write_str(out, &h.id);
@@ -99,9 +102,7 @@ pub fn write_json(h: &SessionHeader, out: &mut Vec<u8>) {
         let _ = write!(out, ",\"seedLength\":{n}");
     }
     opt(out, "origin", &h.origin);
-    if h.delegation_depth != 0 {
-        let _ = write!(out, ",\"delegationDepth\":{}", h.delegation_depth);
-    }
+    let _ = write!(out, ",\"delegationDepth\":{}", h.delegation_depth);
     opt(out, "agentPreset", &h.agent_preset);
     out.push(b'}');
 }
