@@ -79,6 +79,27 @@ pub struct SessionLog {
     state: Arc<Mutex<State>>,
 }
 
+/// A handle collected without `close` still gives its share back, so the
+/// store it held is closed (and its lock released) once no handle is left.
+/// The close syncs, so it runs on its own thread, not in the garbage
+/// collector's finalizer on the JavaScript thread.
+impl Drop for SessionLog {
+    fn drop(&mut self) {
+        let previous = std::mem::replace(
+            &mut *self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            State::Closed,
+        );
+        if let State::Open(shared) = previous {
+            std::thread::spawn(move || {
+                let _ = backend::release(shared);
+            });
+        }
+    }
+}
+
 /// Opens (creating if absent) the store rooted at `root`. The store itself
 /// is opened by the first hook, on a worker thread.
 #[napi]

@@ -133,6 +133,27 @@ test('two handles on one root in a process share the store', async (t) => {
   await assert.rejects(b.list(), /SESSIONLOG_CLOSED/)
 })
 
+test('two writers of one session: the stale append is refused, never a seq collision', async (t) => {
+  const root = tempRoot(t)
+  const a = addon.openSessionLog(root)
+  const b = addon.openSessionLog(root)
+  const start = [{ type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } }]
+  await a.appendBatch(JSON.stringify(meta('w')), JSON.stringify(start), false)
+  await assert.rejects(
+    b.appendBatch(JSON.stringify(meta('w')), JSON.stringify(start), false),
+    /SESSIONLOG_EXISTS/,
+  )
+  await a.appendBatch(JSON.stringify(meta('w')), JSON.stringify([{ type: 'step/start', seq: 1, time: 2, data: { turn: 1, step: 1 } }]), true)
+  // b's view of the session is stale (it believes seq 1 is next).
+  await assert.rejects(
+    b.appendBatch(JSON.stringify(meta('w')), JSON.stringify([{ type: 'turn/end', seq: 1, time: 3, data: { turn: 1 } }]), true),
+    /SESSIONLOG_REJECTED: .*contiguous/,
+  )
+  assert.deepEqual(JSON.parse(await b.loadStored('w')).events.map(e => e.seq), [0, 1])
+  await a.close()
+  await b.close()
+})
+
 test('a first batch the store refuses leaves the id free and unlisted', async (t) => {
   const root = tempRoot(t)
   const store = addon.openSessionLog(root)
@@ -169,4 +190,31 @@ test('a second process writing the same store gets a typed SESSIONLOG_LOCKED err
   assert.equal(child.status, 3, child.stdout + child.stderr)
   assert.match(child.stdout, /^SESSIONLOG_LOCKED: /)
   await store.close()
+})
+
+test('a handle collected without close releases the store for other processes', async (t) => {
+  const root = tempRoot(t)
+  await (async () => {
+    const store = addon.openSessionLog(root)
+    await store.appendBatch(JSON.stringify(meta('g')), JSON.stringify([{ type: 'turn/start', seq: 0, time: 1, data: {} }]), false)
+  })()
+  const v8 = await import('node:v8')
+  const vm = await import('node:vm')
+  v8.setFlagsFromString('--expose-gc')
+  const gc = vm.runInNewContext('gc')
+  const opens = () => spawnSync(process.execPath, ['-e', `
+    require(${JSON.stringify(addonPath)}).openSessionLog(${JSON.stringify(root)}).list()
+      .then(t => { console.log(t); process.exit(0) }, e => { console.log(e.message); process.exit(3) })
+  `], { encoding: 'utf8' })
+  // The finalizer runs after a collection, and the close on its own thread
+  // after that: poll for a while.
+  let child
+  for (let i = 0; i < 50; i++) {
+    gc()
+    await new Promise(resolve => setTimeout(resolve, 20))
+    child = opens()
+    if (child.status === 0) break
+  }
+  assert.equal(child.status, 0, child.stdout + child.stderr)
+  assert.deepEqual(JSON.parse(child.stdout).map(h => h.id), ['g'])
 })
