@@ -33,7 +33,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 /// A failure of a hook: a stable code (the `code` a JS caller can switch on)
 /// and a message naming what to do.
@@ -94,13 +94,11 @@ pub struct Shared {
     torn_repaired: Mutex<HashSet<String>>,
 }
 
-struct Entry {
-    shared: Arc<Shared>,
-    handles: usize,
-}
-
-/// Every store this process has open, by canonical root.
-static STORES: LazyLock<Mutex<HashMap<PathBuf, Entry>>> =
+/// Every store this process has open, by canonical root. The registry holds
+/// them weakly: the handles (and the tasks in flight on them) hold them
+/// strongly, so a store is closed, and its lock released, exactly when the
+/// last of those lets go.
+static STORES: LazyLock<Mutex<HashMap<PathBuf, Weak<Shared>>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
 fn io(what: &str, path: &Path, e: std::io::Error) -> Failure {
@@ -118,9 +116,11 @@ fn canonical(root: &Path) -> Result<PathBuf> {
 pub fn acquire(root: &Path) -> Result<Arc<Shared>> {
     let root = canonical(root)?;
     let mut stores = STORES.lock().expect("store registry");
-    if let Some(entry) = stores.get_mut(&root) {
-        entry.handles += 1;
-        return Ok(entry.shared.clone());
+    stores.retain(|_, shared| shared.strong_count() > 0);
+    if let Some(shared) = stores.get(&root).and_then(Weak::upgrade) {
+        // Also a store whose last handle closed while a task still ran on
+        // it: opening a second one would find the first one's lock held.
+        return Ok(shared);
     }
     let store = Store::open(&root, Options::default())?;
     let shared = Arc::new(Shared {
@@ -130,40 +130,17 @@ pub fn acquire(root: &Path) -> Result<Arc<Shared>> {
         next_seq: Mutex::new(HashMap::new()),
         torn_repaired: Mutex::new(HashSet::new()),
     });
-    stores.insert(
-        root,
-        Entry {
-            shared: shared.clone(),
-            handles: 1,
-        },
-    );
+    stores.insert(root, Arc::downgrade(&shared));
     Ok(shared)
 }
 
-/// Gives back one handle's share; the last one flushes and closes the store,
-/// releasing its write lock for other processes.
+/// Gives back one handle's share: flushes (syncs every append, writes
+/// checkpoints). The store closes, releasing its write lock for other
+/// processes, once the last share and any task still running on it are
+/// dropped.
 pub fn release(shared: Arc<Shared>) -> Result<()> {
-    let last = {
-        let mut stores = STORES.lock().expect("store registry");
-        match stores.get_mut(&shared.root) {
-            Some(entry) if entry.handles > 1 => {
-                entry.handles -= 1;
-                false
-            }
-            Some(_) => {
-                stores.remove(&shared.root);
-                true
-            }
-            None => false,
-        }
-    };
-    if last {
-        // The registry no longer hands this store out; once the last
-        // in-flight task drops its clone the lock file is released.
-        shared.store.clone().close()?;
-    } else {
-        shared.store.flush()?;
-    }
+    // `Store::close` on a clone flushes; other clones stay usable.
+    shared.store.clone().close()?;
     Ok(())
 }
 
@@ -438,7 +415,12 @@ pub fn session_dir(root: &Path, id: &str) -> Result<PathBuf> {
 /// since an open store would write over it.
 pub fn corrupt_tail_for_test(root: &Path, id: &str) -> Result<()> {
     let root = canonical(root)?;
-    if STORES.lock().expect("store registry").contains_key(&root) {
+    let open = STORES
+        .lock()
+        .expect("store registry")
+        .get(&root)
+        .is_some_and(|shared| shared.strong_count() > 0);
+    if open {
         return Err(fail(
             "SESSIONLOG_IN_USE",
             format!(
