@@ -84,6 +84,19 @@ impl SessionHeader {
     /// 0, `id` a string, `createdAt` a non-negative safe integer, optional
     /// fields typed, `origin` only `"subagent"`, no other keys.
     pub fn from_json(text: &str) -> Result<ParsedHeader, Violation> {
+        Self::parse(text, false)
+    }
+
+    /// Parses a header the store wrote ([`SessionHeader::write_json`]): the
+    /// checks of [`SessionHeader::from_json`], except that `version` may be
+    /// any `u64`. The store keeps what it was given (a harness coordinator
+    /// stores logs of other format versions and refuses them itself on
+    /// load), so what it reads back must be exactly that.
+    pub fn from_stored_json(text: &str) -> Result<SessionHeader, Violation> {
+        Self::parse(text, true).map(|p| p.header)
+    }
+
+    fn parse(text: &str, any_version: bool) -> Result<ParsedHeader, Violation> {
         let bad = |reason: String| Violation::new(Location::Line(1), Rule::Header, reason);
         let f = Fields::parse(text).map_err(|e| bad(format!("not a JSON object: {e}")))?;
         if let Some(k) = f.duplicate_key() {
@@ -97,6 +110,12 @@ impl SessionHeader {
         }
         let version = match f.get("version") {
             None => None,
+            Some(v) if any_version => Some(v.get().parse::<u64>().map_err(|_| {
+                bad(format!(
+                    "\"version\" must be an unsigned integer, got {}",
+                    v.get()
+                ))
+            })?),
             Some(v) => match json::safe_u64(v) {
                 Some(SESSION_FORMAT_VERSION) => Some(SESSION_FORMAT_VERSION),
                 _ => {
@@ -137,7 +156,7 @@ impl SessionHeader {
         let delegation_depth = count("delegationDepth")?;
         Ok(ParsedHeader {
             header: SessionHeader {
-                version: SESSION_FORMAT_VERSION,
+                version: version.unwrap_or(SESSION_FORMAT_VERSION),
                 id,
                 created_at,
                 cwd: string("cwd")?,

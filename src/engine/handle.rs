@@ -322,9 +322,48 @@ impl Store {
         }
     }
 
-    /// How the session was recovered when it was first loaded.
+    /// How the session was recovered when it was last loaded (by a reader)
+    /// or taken for writing (with authority: only then is a torn tail cut).
     pub fn recovery(&self, id: &str) -> Option<Recovery> {
         self.inner.recoveries.lock().expect("lock").get(id).cloned()
+    }
+
+    /// The store's identity (random, fixed at creation, in `MANIFEST`):
+    /// qualifies revisions, so two stores' sessions never compare equal.
+    pub fn store_id(&self) -> [u8; 16] {
+        self.inner.store_id
+    }
+
+    /// The seq session `id`'s next event must have (its length), up to date
+    /// with every acknowledged append; cheap once the session is loaded (a
+    /// fresh load reads the checkpoint, not the log).
+    pub fn next_seq(&self, id: &str) -> Result<u64> {
+        self.with_session(id, |s| Ok(s.next_seq()))
+    }
+
+    /// Session `id`'s incarnation: 32 hex digits, new each time a session
+    /// of that id is created (a deleted and re-created, or replaced,
+    /// session has another), so a revision built from it and
+    /// [`Store::next_seq`] changes with every append, repair and
+    /// replacement.
+    pub fn incarnation(&self, id: &str) -> Result<String> {
+        match self.entry(id)? {
+            Some(e) => Ok(super::registry::hex(&e.uid)),
+            None => Err(Error::NotFound(id.to_owned())),
+        }
+    }
+
+    /// Takes session `id` for writing now, as its first write would: its
+    /// writer lock ([`Error::Locked`] if another handle has it), then
+    /// recovery with authority (a torn tail cut, an interrupted seal
+    /// finished and, unless [`Options::close_interrupted_turns`] is off, an
+    /// interrupted turn closed). Returns what recovery found. A caller that
+    /// repairs on its own terms (the harness's coordinator) takes the
+    /// session this way to learn of a torn tail before it appends.
+    pub fn acquire(&self, id: &str) -> Result<Recovery> {
+        self.writable()?;
+        self.with_session(id, |s| self.ensure_writer(s))?;
+        Ok(self.recovery(id).unwrap_or_default())
     }
 
     /// Runs `f` on session `id`, loaded and up to date. The session map's

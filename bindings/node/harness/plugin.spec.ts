@@ -1,0 +1,63 @@
+/**
+ * The harness's own persistence suites against sessionlog's Cordis plugin
+ * (`bindings/node/src/plugin.ts`, copied into the harness workspace as this
+ * package's `src/index.ts` by `run-harness-suites.sh`), the way the JSONL and
+ * SQLite specs call them. The addon is the one named by SESSIONLOG_BACKEND.
+ */
+
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { Context } from '@deepseek-ai/cordis'
+import SessionStore from '@deepseek-ai/dsh-session'
+import { runPersistenceContract, type ContractBackend } from '../../session-persistence/tests/contract.ts'
+import { runCoordinatorContract, type CoordinatorFixture } from '../../session-persistence/tests/coordinator-contract.ts'
+import SessionLogPersistence, { loadNativeModule, SessionLogError, type Config } from '../src/index.ts'
+
+const addon = process.env['SESSIONLOG_BACKEND']
+if (addon === undefined || addon === '') throw new Error('set SESSIONLOG_BACKEND to the addon index.js')
+const corrupt = (loadNativeModule(addon) as unknown as {
+  corruptTailForTest: (root: string, id: string, cwd: string | null) => Promise<void>
+}).corruptTailForTest
+
+describe('sessionlog plugin', () => {
+  it('validates its config and types store failures', async () => {
+    expect(() => SessionLogPersistence.Config({} as unknown as Config)).toThrow()
+    expect(SessionLogPersistence.Config({ root: '/x' })).toMatchObject({ root: '/x', preparedSessionCacheSize: 5 })
+    const root = await mkdtemp(join(tmpdir(), 'dsh-sessionlog-plugin-'))
+    const native = loadNativeModule(addon).openSessionLog(root)
+    try {
+      const error = await native.appendBatch('{"version":0,"id":"a","createdAt":1,"extra":1}', '[]', false)
+        .then(() => undefined, (e: unknown) => e)
+      expect(String(error)).toMatch(/SESSIONLOG_BAD_INPUT/)
+      expect(new SessionLogError('SESSIONLOG_X', 'm').code).toBe('SESSIONLOG_X')
+    } finally {
+      await native.close()
+      await rm(root, { recursive: true, force: true })
+    }
+  })
+})
+
+runPersistenceContract('sessionlog plugin', async (): Promise<ContractBackend> => {
+  const root = await mkdtemp(join(tmpdir(), 'dsh-sessionlog-plugin-'))
+  const ctx = new Context()
+  await ctx.plugin(SessionStore)
+  const fiber = await ctx.plugin(SessionLogPersistence, { root, addon })
+  return {
+    persistence: ctx.sessionPersistence,
+    dispose: async () => {
+      await fiber.dispose()
+      await rm(root, { recursive: true, force: true })
+    },
+  }
+})
+
+runCoordinatorContract('sessionlog plugin', async (): Promise<CoordinatorFixture> => {
+  const root = await mkdtemp(join(tmpdir(), 'dsh-sessionlog-plugin-coord-'))
+  return {
+    mount: async ctx => ctx.plugin(SessionLogPersistence, { root, addon }),
+    corruptTail: async (id, cwd) => { await corrupt(root, id, cwd ?? null) },
+    cleanup: async () => { await rm(root, { recursive: true, force: true }) },
+  }
+})

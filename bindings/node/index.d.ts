@@ -1,0 +1,40 @@
+/** Where a session's files live. */
+export interface Location {
+  /** Always `sessionlog-session-dir`. */
+  kind: string
+  /** Absolute path of the session's directory of segments. */
+  path: string
+}
+
+/**
+ * One handle on a sessionlog store: the harness's `PersistenceBackend` hooks
+ * with JSON text at the boundary. Every hook but `locate` runs off the
+ * JavaScript thread. Failures reject with an Error whose message starts with
+ * a `SESSIONLOG_*` code (e.g. `SESSIONLOG_LOCKED: ...`).
+ */
+export declare class SessionLog {
+  /** `{"meta","events","revision","tornMarker"?}`, or null when absent. */
+  loadStored(id: string): Promise<string | null>
+  /** The revision loadStored would report, or null. */
+  readStoredRevision(id: string): Promise<string | null>
+  /** `{"meta","events"}` with the events whose seq is at least fromSeq, or null. */
+  loadStoredFrom(id: string, fromSeq: number): Promise<string | null>
+  /** Durably append a contiguous batch; the first one (isMaterialized false) publishes the session. */
+  appendBatch(metaJson: string, eventsJson: string, isMaterialized: boolean): Promise<void>
+  /** Retire the torn tail tornMarker names (when not null), then durably append the closers. */
+  commitRepair(metaJson: string, tornMarker: number | null, closersJson: string): Promise<void>
+  /** `SessionHeader[]` of the stored sessions. */
+  list(): Promise<string>
+  /** `{"header","revision"}[]` of the stored sessions. */
+  listSnapshots(): Promise<string>
+  /** The session's directory (computed; no disk access). */
+  locate(metaJson: string): Location | null
+  /** Flush and release this handle; the last handle on a root closes the store. */
+  close(): Promise<void>
+}
+
+/** Open (creating if absent) the store at an absolute root; the disk is touched by the first hook. */
+export declare function openSessionLog(root: string): SessionLog
+
+/** Test-only: leave a torn record after session id's durable end. Close every handle on root first. */
+export declare function corruptTailForTest(root: string, id: string, cwd: string | null): Promise<void>

@@ -1,0 +1,452 @@
+//! The harness's `PersistenceBackend` hooks over one [`Store`], with JSON
+//! text at the boundary. Plain Rust: the napi layer (`lib.rs`) runs each of
+//! these on a worker thread.
+//!
+//! # How harness events are stored
+//!
+//! Each harness event is stored whole, as the verbatim `data` of one store
+//! event of type [`VERBATIM_KIND`] with the harness event's own `seq` and
+//! `time`. The harness's `PersistenceCoordinator` is the authority on its
+//! events: it validates them on read (including legacy shapes it still
+//! normalizes, such as a pre-react-loop `steering/message` carrying
+//! `surfaceOp`, which the store's model refuses) and it drives crash repair
+//! through `loadStored`/`commitRepair` (a live session adopted after a hot
+//! reload keeps its open turn, which the store would close at load). An
+//! opaque type keeps the store's model out of the first; the store is opened
+//! with `close_interrupted_turns` off for the second. The store still gives
+//! contiguity, durability, torn-tail detection and cutting, atomic first
+//! batches, per-session writer locks across processes, fresh reads and seek
+//! reads by seq. Sessions written natively (through the Rust API or an
+//! import) are read back as they are.
+//!
+//! Event text is never parsed into `serde_json::Value` or `String`: a batch
+//! is split into [`RawValue`]s and only `seq` and `time` are read from each.
+//! JavaScript's `JSON.stringify` writes a lone UTF-16 surrogate as the ASCII
+//! escape `\ud800`, which a `String` cannot hold but a `RawValue` keeps as it
+//! is, so such strings round-trip exactly (as does every byte of the event).
+
+use crate::header;
+use serde_json::value::RawValue;
+use sessionlog::event::{Event, OwnedEvent};
+use sessionlog::header::SessionHeader;
+use sessionlog::json::{self, Fields};
+use sessionlog::store::{Error as StoreError, Options, Store};
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+
+/// A failure of a hook: a stable code (the `code` a JS caller can switch on)
+/// and a message naming what to do.
+#[derive(Debug)]
+pub struct Failure {
+    /// `SESSIONLOG_*`.
+    pub code: &'static str,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+/// A hook's result.
+pub type Result<T> = std::result::Result<T, Failure>;
+
+fn fail(code: &'static str, message: impl Into<String>) -> Failure {
+    Failure {
+        code,
+        message: message.into(),
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Failure {
+        let code = match &e {
+            StoreError::Locked { .. } => "SESSIONLOG_LOCKED",
+            StoreError::Io { .. } => "SESSIONLOG_IO",
+            StoreError::Corrupt { .. } => "SESSIONLOG_CORRUPT",
+            StoreError::Rejected { .. } => "SESSIONLOG_REJECTED",
+            StoreError::NotFound(_) => "SESSIONLOG_NOT_FOUND",
+            StoreError::Exists(_) => "SESSIONLOG_EXISTS",
+            StoreError::Poisoned(_) => "SESSIONLOG_POISONED",
+            StoreError::ReadOnly => "SESSIONLOG_READ_ONLY",
+            StoreError::BadId { .. } => "SESSIONLOG_BAD_ID",
+            StoreError::TooLarge { .. } => "SESSIONLOG_TOO_LARGE",
+            _ => "SESSIONLOG_STORE",
+        };
+        fail(code, e.to_string())
+    }
+}
+
+/// One open store and what this process knows about its sessions. Shared
+/// by every handle on the same root in the process: writer locks belong to
+/// a store handle, so two handles of one process on one root would refuse
+/// each other's writes (other processes get `SESSIONLOG_LOCKED` for a
+/// session this one writes, and may write every other session).
+pub struct Shared {
+    /// The store's id, which qualifies every revision.
+    store_id: String,
+    store: Store,
+    /// Sessions whose torn tail (cut by the store when this process took
+    /// them for writing) was already handed to `commitRepair`: the marker
+    /// is reported only until then, as the harness requires ("present iff
+    /// there is a torn tail").
+    torn_repaired: Mutex<HashSet<String>>,
+}
+
+/// Every store this process has open, by canonical root. The registry holds
+/// them weakly: the handles (and the tasks in flight on them) hold them
+/// strongly, so a store is closed, and its lock released, exactly when the
+/// last of those lets go.
+static STORES: LazyLock<Mutex<HashMap<PathBuf, Weak<Shared>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn io(what: &str, path: &Path, e: std::io::Error) -> Failure {
+    fail("SESSIONLOG_IO", format!("{what} {}: {e}", path.display()))
+}
+
+/// The canonical form of `root`, creating the directory if needed.
+fn canonical(root: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(root).map_err(|e| io("cannot create store root", root, e))?;
+    root.canonicalize()
+        .map_err(|e| io("cannot resolve store root", root, e))
+}
+
+/// Opens (or joins) the store at `root` for one more handle.
+pub fn acquire(root: &Path) -> Result<Arc<Shared>> {
+    let root = canonical(root)?;
+    let mut stores = STORES.lock().expect("store registry");
+    stores.retain(|_, shared| shared.strong_count() > 0);
+    if let Some(shared) = stores.get(&root).and_then(Weak::upgrade) {
+        // Also a store whose last handle closed while a task still ran on
+        // it: opening a second one would find the first one's lock held.
+        return Ok(shared);
+    }
+    // The coordinator repairs on its own terms (commitRepair), and a live
+    // session adopted after a hot reload keeps its open turn.
+    let options = Options {
+        close_interrupted_turns: false,
+        ..Options::default()
+    };
+    let store = Store::open(&root, options)?;
+    let store_id = store
+        .store_id()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let shared = Arc::new(Shared {
+        store_id,
+        store,
+        torn_repaired: Mutex::new(HashSet::new()),
+    });
+    stores.insert(root, Arc::downgrade(&shared));
+    Ok(shared)
+}
+
+/// Gives back one handle's share: flushes (syncs every append, writes
+/// checkpoints). The store closes, releasing its writer locks for other
+/// processes, once the last share and any task still running on it are
+/// dropped (`Store::close` would close it for every share at once).
+pub fn release(shared: Arc<Shared>) -> Result<()> {
+    shared.store.flush()?;
+    Ok(())
+}
+
+/// The store event type that carries one harness event verbatim.
+pub const VERBATIM_KIND: &str = "harness/event";
+
+/// Wraps a JSON array of harness events as store events, reading only each
+/// event's `seq` and `time` (no string in it is decoded).
+fn parse_events(text: &str) -> Result<Vec<Event<'_>>> {
+    let bad = |m: String| fail("SESSIONLOG_BAD_INPUT", m);
+    let raws: Vec<&RawValue> =
+        serde_json::from_str(text).map_err(|e| bad(format!("events are not a JSON array: {e}")))?;
+    raws.into_iter()
+        .map(|raw| {
+            let fields = Fields::parse(raw.get())
+                .map_err(|e| bad(format!("event is not a JSON object: {e}")))?;
+            let seq = fields.get("seq").and_then(json::safe_u64).ok_or_else(|| {
+                bad(format!(
+                    "event lacks a non-negative safe integer seq: {}",
+                    raw.get()
+                ))
+            })?;
+            let time = fields
+                .get("time")
+                .and_then(json::safe_integer)
+                .ok_or_else(|| bad(format!("event {seq} lacks a safe integer time")))?;
+            Ok(Event {
+                kind: Cow::Borrowed(VERBATIM_KIND),
+                seq,
+                time,
+                data: Cow::Borrowed(raw),
+                source_event_seqs: None,
+                surface_op: None,
+                // A reader that does not know this type cannot interpret the
+                // payload, so it may only skip it (this also keeps a store
+                // opened in strict mode, which refuses unknown types that are
+                // not ignorable, able to take these events).
+                ignorable: true,
+            })
+        })
+        .collect()
+}
+
+fn write_events(out: &mut Vec<u8>, events: &[OwnedEvent]) {
+    out.push(b'[');
+    for (i, e) in events.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if e.kind == VERBATIM_KIND {
+            out.extend_from_slice(e.data.get().as_bytes());
+        } else {
+            e.write_json(out);
+        }
+    }
+    out.push(b']');
+}
+
+fn into_string(out: Vec<u8>) -> String {
+    String::from_utf8(out).expect("JSON output is UTF-8")
+}
+
+impl Shared {
+    /// The revision of session `id`: the store's id, the session's
+    /// incarnation (new when it is replaced or re-created) and its length.
+    /// Every append and every repair with closers adds events; a repair
+    /// that only cuts a torn tail leaves the readable log, and so the
+    /// revision, as it was.
+    fn revision(&self, id: &str) -> Result<String> {
+        let incarnation = self.store.incarnation(id)?;
+        let next_seq = self.store.next_seq(id)?;
+        Ok(format!(
+            "sessionlog:{}:{incarnation}:{next_seq}",
+            self.store_id
+        ))
+    }
+
+    /// The stored session's header, `None` when it does not exist (one
+    /// small file read; sessions other processes created are seen at once).
+    fn header(&self, id: &str) -> Result<Option<SessionHeader>> {
+        match self.store.header(id) {
+            Ok(h) => Ok(Some(h)),
+            Err(StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The torn-tail marker to report for `id`: the offset where the store
+    /// cut a torn tail when it loaded the session, until a repair took it.
+    fn torn_marker(&self, id: &str) -> Option<u64> {
+        let torn_at = self.store.recovery(id)?.torn_at?;
+        (!self.torn_repaired.lock().expect("torn lock").contains(id)).then_some(torn_at)
+    }
+
+    /// `loadStored`: `{"meta","events","revision","tornMarker"?}` or `None`.
+    /// The coordinator loads a session to use it, so this process takes it
+    /// for writing (which finds and cuts a torn tail: the marker); a
+    /// session another process writes is read as it is, with no marker
+    /// (its torn tail, if any, is that writer's).
+    pub fn load_stored(&self, id: &str) -> Result<Option<String>> {
+        let Some(header) = self.header(id)? else {
+            return Ok(None);
+        };
+        match self.store.acquire(id) {
+            Ok(_) | Err(StoreError::Locked { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let events = self.store.read_from(id, 0)?;
+        let mut out = Vec::with_capacity(256 + events.len() * 128);
+        out.extend_from_slice(b"{\"meta\":");
+        header::write_json(&header, &mut out);
+        out.extend_from_slice(b",\"events\":");
+        write_events(&mut out, &events);
+        out.extend_from_slice(b",\"revision\":");
+        json::write_str(&mut out, &self.revision(id)?);
+        if let Some(marker) = self.torn_marker(id) {
+            let _ = write!(out, ",\"tornMarker\":{marker}");
+        }
+        out.push(b'}');
+        Ok(Some(into_string(out)))
+    }
+
+    /// `readStoredRevision`.
+    pub fn read_stored_revision(&self, id: &str) -> Result<Option<String>> {
+        if self.header(id)?.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(self.revision(id)?))
+    }
+
+    /// `loadStoredFrom`: `{"meta","events"}` with the events at or past
+    /// `from`, decoding only the batches that hold them.
+    pub fn load_stored_from(&self, id: &str, from: u64) -> Result<Option<String>> {
+        let Some(header) = self.header(id)? else {
+            return Ok(None);
+        };
+        let events = self.store.read_from(id, from)?;
+        let mut out = Vec::with_capacity(256 + events.len() * 128);
+        out.extend_from_slice(b"{\"meta\":");
+        header::write_json(&header, &mut out);
+        out.extend_from_slice(b",\"events\":");
+        write_events(&mut out, &events);
+        out.push(b'}');
+        Ok(Some(into_string(out)))
+    }
+
+    /// `appendBatch`: a durable append. The first one (`!materialized`)
+    /// creates the session with it: the store publishes header and batch
+    /// together, in one rename, once they are durable, so a crash cannot
+    /// leave an empty listed session, and a second process creating the
+    /// same id gets `SESSIONLOG_EXISTS` or `SESSIONLOG_LOCKED`.
+    pub fn append_batch(&self, meta: &str, events: &str, materialized: bool) -> Result<()> {
+        let header = header::from_json(meta).map_err(|m| fail("SESSIONLOG_BAD_INPUT", m))?;
+        let events = parse_events(events)?;
+        if events.is_empty() {
+            return Ok(());
+        }
+        if materialized {
+            self.store.append(&header.id, &events)?;
+        } else {
+            self.store.import(header, &events, false)?;
+        }
+        Ok(())
+    }
+
+    /// `commitRepair`: the torn tail named by `torn_marker` was already cut
+    /// (durably zeroed) by the store when it loaded the session, so the
+    /// marker is checked and retired; then `closers` are appended.
+    pub fn commit_repair(&self, meta: &str, torn_marker: Option<f64>, closers: &str) -> Result<()> {
+        let header = header::from_json(meta).map_err(|m| fail("SESSIONLOG_BAD_INPUT", m))?;
+        let id = header.id;
+        if let Some(marker) = torn_marker {
+            let found = self.torn_marker(&id);
+            if found.map(|m| m as f64) != Some(marker) {
+                return Err(fail(
+                    "SESSIONLOG_STALE_REPAIR",
+                    format!(
+                        "session {id:?}: torn marker {marker} does not name the torn tail this store found ({found:?}); load the session again"
+                    ),
+                ));
+            }
+            self.torn_repaired
+                .lock()
+                .expect("torn lock")
+                .insert(id.clone());
+        }
+        let closers = parse_events(closers)?;
+        if !closers.is_empty() {
+            self.store.append(&id, &closers)?;
+        }
+        Ok(())
+    }
+
+    /// `list`: the headers of the stored (materialized) sessions.
+    pub fn list(&self) -> Result<String> {
+        let headers = self.store.list()?;
+        let mut out = Vec::with_capacity(headers.len() * 96 + 2);
+        out.push(b'[');
+        for (i, h) in headers.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            header::write_json(h, &mut out);
+        }
+        out.push(b']');
+        Ok(into_string(out))
+    }
+
+    /// `listSnapshots`: `{"header","revision"}` of every stored session.
+    pub fn list_snapshots(&self) -> Result<String> {
+        let headers = self.store.list()?;
+        let mut out = Vec::with_capacity(headers.len() * 160 + 2);
+        out.push(b'[');
+        for (i, h) in headers.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"header\":");
+            header::write_json(h, &mut out);
+            out.extend_from_slice(b",\"revision\":");
+            json::write_str(&mut out, &self.revision(&h.id)?);
+            out.push(b'}');
+        }
+        out.push(b']');
+        Ok(into_string(out))
+    }
+}
+
+/// Where a session's files live under `root`, without touching the disk.
+pub fn session_dir(root: &Path, id: &str) -> Result<PathBuf> {
+    let name = sessionlog::fsutil::encode_session_dir_name(id).map_err(|e| {
+        fail(
+            "SESSIONLOG_BAD_ID",
+            format!("invalid session id {id:?}: {e}"),
+        )
+    })?;
+    // `sessions/` is the store's layout (format-spec.md, "Directory layout").
+    Ok(root.join("sessions").join(name))
+}
+
+/// Test-only: writes a torn record (a frame header promising more bytes than
+/// follow it, as a crash mid-write leaves) right after the committed end of
+/// the session's active segment. The store must not be open in this process,
+/// since an open store would write over it.
+pub fn corrupt_tail_for_test(root: &Path, id: &str) -> Result<()> {
+    let root = canonical(root)?;
+    let open = STORES
+        .lock()
+        .expect("store registry")
+        .get(&root)
+        .is_some_and(|shared| shared.strong_count() > 0);
+    if open {
+        return Err(fail(
+            "SESSIONLOG_IN_USE",
+            format!(
+                "{} is open in this process; close every handle before corrupting a tail",
+                root.display()
+            ),
+        ));
+    }
+    // A read-only store neither repairs nor truncates: it reports the
+    // committed end as it is on disk.
+    let store = Store::open_read_only(&root)?;
+    let stats = store.stats(id)?;
+    drop(store);
+    let dir = session_dir(&root, id)?;
+    let mut segments: Vec<(u64, PathBuf)> = std::fs::read_dir(&dir)
+        .map_err(|e| io("cannot list", &dir, e))?
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            let first = sessionlog::segment::parse_segment_file_name(&name)?;
+            Some((first, dir.join(name)))
+        })
+        .collect();
+    segments.sort();
+    let (_, active) = segments.pop().ok_or_else(|| {
+        fail(
+            "SESSIONLOG_NOT_FOUND",
+            format!("session {id:?} has no segment"),
+        )
+    })?;
+    // `stats.bytes` counts sealed segments whole and the active one up to
+    // its committed end.
+    let mut sealed = 0;
+    for (_, path) in &segments {
+        sealed += std::fs::metadata(path)
+            .map_err(|e| io("cannot stat", path, e))?
+            .len();
+    }
+    let end = stats.bytes - sealed;
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&64u32.to_le_bytes()); // payload length
+    frame.extend_from_slice(&0x5EED_F00Du32.to_le_bytes()); // checksum
+    frame.extend_from_slice(&[0xA5; 20]); // 20 of the 64 payload bytes
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&active)
+        .map_err(|e| io("cannot open", &active, e))?;
+    std::os::unix::fs::FileExt::write_all_at(&file, &frame, end)
+        .map_err(|e| io("cannot write", &active, e))?;
+    file.sync_all().map_err(|e| io("cannot sync", &active, e))?;
+    Ok(())
+}

@@ -1,0 +1,250 @@
+//! Node binding of sessionlog: `openSessionLog(root)` returns the harness's
+//! `PersistenceBackend` hooks over a [`sessionlog::store::Store`], with JSON
+//! text at the boundary (see `../README.md` and the harness contract).
+//!
+//! Every hook that can touch the disk returns a Promise and runs on libuv's
+//! worker pool (a napi [`AsyncTask`]): the JavaScript thread never waits for
+//! an fsync, a segment scan or a rebuild. Only `locate`, which computes a
+//! path, is synchronous. Opening the store is deferred to the first hook for
+//! the same reason, so `openSessionLog` itself never touches the disk.
+//!
+//! Handles on one root share one store per process (see `backend::acquire`):
+//! the store admits a single writer, and a second `openSessionLog` on the
+//! same root (a hot reload, a second plugin) must join it, not fail.
+#![deny(missing_docs)]
+
+mod backend;
+mod header;
+
+use backend::{Failure, Shared};
+use napi::bindgen_prelude::{AsyncTask, ToNapiValue, TypeName};
+use napi::{Env, Task};
+use napi_derive::napi;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+impl From<Failure> for napi::Error {
+    fn from(f: Failure) -> napi::Error {
+        // The code leads the message so a JS caller can match on it; napi's
+        // own `code` property carries only its generic status.
+        napi::Error::from_reason(format!("{}: {}", f.code, f.message))
+    }
+}
+
+/// A unit of blocking work run on the worker pool; its value resolves the
+/// Promise returned to JavaScript.
+pub struct Work<T> {
+    job: Option<Box<dyn FnOnce() -> backend::Result<T> + Send>>,
+}
+
+impl<T> Work<T> {
+    fn new(job: impl FnOnce() -> backend::Result<T> + Send + 'static) -> AsyncTask<Work<T>>
+    where
+        Work<T>: Task,
+    {
+        AsyncTask::new(Work {
+            job: Some(Box::new(job)),
+        })
+    }
+}
+
+impl<T: ToNapiValue + TypeName + Send + 'static> Task for Work<T> {
+    type Output = T;
+    type JsValue = T;
+
+    fn compute(&mut self) -> napi::Result<T> {
+        let job = self.job.take().expect("a task is computed once");
+        Ok(job()?)
+    }
+
+    fn resolve(&mut self, _env: Env, output: T) -> napi::Result<T> {
+        Ok(output)
+    }
+}
+
+/// Where a handle is in its life.
+enum State {
+    /// `openSessionLog` returned; nothing was opened yet.
+    Unopened,
+    /// Holds a share of the process's store for the root.
+    Open(Arc<Shared>),
+    /// `close` ran; every further hook fails.
+    Closed,
+}
+
+/// One handle on a store: the object `openSessionLog` returns.
+#[napi]
+pub struct SessionLog {
+    root: PathBuf,
+    state: Arc<Mutex<State>>,
+}
+
+/// A handle collected without `close` still gives its share back, so the
+/// store it held is closed (and its lock released) once no handle is left.
+/// The close syncs, so it runs on its own thread, not in the garbage
+/// collector's finalizer on the JavaScript thread.
+impl Drop for SessionLog {
+    fn drop(&mut self) {
+        let previous = std::mem::replace(
+            &mut *self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            State::Closed,
+        );
+        if let State::Open(shared) = previous {
+            std::thread::spawn(move || {
+                let _ = backend::release(shared);
+            });
+        }
+    }
+}
+
+/// Opens (creating if absent) the store rooted at `root`. The store itself
+/// is opened by the first hook, on a worker thread.
+#[napi]
+pub fn open_session_log(root: String) -> SessionLog {
+    SessionLog {
+        root: PathBuf::from(root),
+        state: Arc::new(Mutex::new(State::Unopened)),
+    }
+}
+
+/// The handle's share of the store, opening it on first use.
+fn shared(root: &std::path::Path, state: &Mutex<State>) -> backend::Result<Arc<Shared>> {
+    let mut state = state.lock().expect("handle lock");
+    match &*state {
+        State::Open(shared) => Ok(shared.clone()),
+        State::Closed => Err(Failure {
+            code: "SESSIONLOG_CLOSED",
+            message: format!("the handle on {} is closed", root.display()),
+        }),
+        State::Unopened => {
+            let shared = backend::acquire(root)?;
+            *state = State::Open(shared.clone());
+            Ok(shared)
+        }
+    }
+}
+
+impl SessionLog {
+    /// Runs `f` on the worker pool with this handle's store.
+    fn run<T>(
+        &self,
+        f: impl FnOnce(&Shared) -> backend::Result<T> + Send + 'static,
+    ) -> AsyncTask<Work<T>>
+    where
+        Work<T>: Task,
+    {
+        let (root, state) = (self.root.clone(), self.state.clone());
+        Work::new(move || f(&*shared(&root, &state)?))
+    }
+}
+
+/// Where a session's files live (`SessionLocation`).
+#[napi(object)]
+pub struct Location {
+    /// Always `sessionlog-session-dir`: the session's directory of segments.
+    pub kind: String,
+    /// Absolute path of that directory.
+    pub path: String,
+}
+
+#[napi]
+impl SessionLog {
+    /// JSON `{"meta","events","revision","tornMarker"?}`, or null when the
+    /// session is not stored.
+    #[napi(ts_return_type = "Promise<string | null>")]
+    pub fn load_stored(&self, id: String) -> AsyncTask<Work<Option<String>>> {
+        self.run(move |s| s.load_stored(&id))
+    }
+
+    /// The revision `loadStored` would report, or null.
+    #[napi(ts_return_type = "Promise<string | null>")]
+    pub fn read_stored_revision(&self, id: String) -> AsyncTask<Work<Option<String>>> {
+        self.run(move |s| s.read_stored_revision(&id))
+    }
+
+    /// JSON `{"meta","events"}` with the events whose seq is at least
+    /// `from_seq`, or null.
+    #[napi(ts_return_type = "Promise<string | null>")]
+    pub fn load_stored_from(&self, id: String, from_seq: f64) -> AsyncTask<Work<Option<String>>> {
+        self.run(move |s| {
+            // The coordinator validates fromSeq as a non-negative safe
+            // integer before calling; anything else reads from 0 or the end.
+            s.load_stored_from(&id, from_seq.max(0.0) as u64)
+        })
+    }
+
+    /// Durably appends a contiguous batch (JSON array); `is_materialized`
+    /// false declares the session with this first batch.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn append_batch(
+        &self,
+        meta_json: String,
+        events_json: String,
+        is_materialized: bool,
+    ) -> AsyncTask<Work<()>> {
+        self.run(move |s| s.append_batch(&meta_json, &events_json, is_materialized))
+    }
+
+    /// Retires the torn tail `torn_marker` (when given) and durably appends
+    /// `closers_json` (a JSON array).
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn commit_repair(
+        &self,
+        meta_json: String,
+        torn_marker: Option<f64>,
+        closers_json: String,
+    ) -> AsyncTask<Work<()>> {
+        self.run(move |s| s.commit_repair(&meta_json, torn_marker, &closers_json))
+    }
+
+    /// JSON `SessionHeader[]` of the stored sessions.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn list(&self) -> AsyncTask<Work<String>> {
+        self.run(|s| s.list())
+    }
+
+    /// JSON `{"header","revision"}[]` of the stored sessions.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn list_snapshots(&self) -> AsyncTask<Work<String>> {
+        self.run(|s| s.list_snapshots())
+    }
+
+    /// The session's directory; computed, the disk is not touched.
+    #[napi]
+    pub fn locate(&self, meta_json: String) -> Option<Location> {
+        let header = header::from_json(&meta_json).ok()?;
+        let path = backend::session_dir(&self.root, &header.id).ok()?;
+        Some(Location {
+            kind: "sessionlog-session-dir".into(),
+            path: path.to_string_lossy().into_owned(),
+        })
+    }
+
+    /// Flushes and gives back this handle's share of the store; the last
+    /// handle on a root closes the store. Idempotent.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn close(&self) -> AsyncTask<Work<()>> {
+        let state = self.state.clone();
+        Work::new(move || {
+            let previous =
+                std::mem::replace(&mut *state.lock().expect("handle lock"), State::Closed);
+            match previous {
+                State::Open(shared) => backend::release(shared),
+                State::Unopened | State::Closed => Ok(()),
+            }
+        })
+    }
+}
+
+/// Test-only: leaves a torn (never committed) record after the durable end
+/// of session `id` under `root`, as a crash mid-append would. Every handle
+/// on `root` in this process must be closed first. `cwd` is unused: the store
+/// does not key sessions by working directory.
+#[napi(ts_return_type = "Promise<void>")]
+pub fn corrupt_tail_for_test(root: String, id: String, cwd: Option<String>) -> AsyncTask<Work<()>> {
+    let _ = cwd;
+    Work::new(move || backend::corrupt_tail_for_test(std::path::Path::new(&root), &id))
+}

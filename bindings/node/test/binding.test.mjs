@@ -1,0 +1,230 @@
+// Tests of the addon at the JSON-text seam, run with `node --test test/`
+// after `npm run build`. The harness's contract suites cover the hooks'
+// semantics; these cover what they do not: lone UTF-16 surrogates, the
+// torn-tail marker's life, handles sharing a store, and the typed error a
+// second process gets.
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { spawnSync } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+
+const require = createRequire(import.meta.url)
+const addonPath = join(import.meta.dirname, '..', 'index.js')
+const addon = require(addonPath)
+
+function tempRoot(t) {
+  const root = mkdtempSync(join(tmpdir(), 'sessionlog-node-test-'))
+  t.after(() => rmSync(root, { recursive: true, force: true }))
+  return root
+}
+
+const meta = id => ({ version: 0, id, createdAt: 1000, cwd: '/w' })
+
+test('strings with lone UTF-16 surrogates round-trip exactly', async (t) => {
+  const root = tempRoot(t)
+  // Lone lead and trail surrogates, a valid pair, and a lone surrogate in a
+  // key: JSON.stringify escapes the lone ones as \ud800-style ASCII, which a
+  // Rust String (and so serde_json::Value) cannot hold.
+  const odd = 'a\ud800b\udfff😀\udbff'
+  const events = [
+    { type: 'turn/start', seq: 0, time: 1, data: { turn: 1, note: odd } },
+    { type: 'plugin/probe', seq: 1, time: 2, data: { [odd]: [odd, { deep: odd }] }, ignorable: true },
+  ]
+  const store = addon.openSessionLog(root)
+  await store.appendBatch(JSON.stringify(meta('s')), JSON.stringify(events), false)
+  const check = async (handle, label) => {
+    const loaded = JSON.parse(await handle.loadStored('s'))
+    assert.deepEqual(loaded.events, events, label)
+    assert.equal(loaded.events[0].data.note, odd, `${label}: the string itself`)
+    assert.equal(JSON.stringify(loaded.events), JSON.stringify(events), `${label}: the text`)
+    const suffix = JSON.parse(await handle.loadStoredFrom('s', 1))
+    assert.deepEqual(suffix.events, events.slice(1), `${label}: seek read`)
+  }
+  await check(store, 'same handle')
+  await store.close()
+  // From disk, in a new store instance.
+  const reopened = addon.openSessionLog(root)
+  await check(reopened, 'after reopen')
+  await reopened.close()
+})
+
+test('revisions are stable while a log is unchanged and change on append and repair', async (t) => {
+  const root = tempRoot(t)
+  const store = addon.openSessionLog(root)
+  assert.equal(await store.readStoredRevision('r'), null)
+  await store.appendBatch(JSON.stringify(meta('r')), JSON.stringify([
+    { type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } },
+  ]), false)
+  const r1 = await store.readStoredRevision('r')
+  assert.equal(await store.readStoredRevision('r'), r1)
+  assert.equal(JSON.parse(await store.loadStored('r')).revision, r1)
+  assert.equal(JSON.parse(await store.listSnapshots())[0].revision, r1)
+  await store.appendBatch(JSON.stringify(meta('r')), JSON.stringify([
+    { type: 'step/start', seq: 1, time: 2, data: { turn: 1, step: 1 } },
+  ]), true)
+  const r2 = await store.readStoredRevision('r')
+  assert.notEqual(r2, r1)
+  await store.commitRepair(JSON.stringify(meta('r')), null, JSON.stringify([
+    { type: 'step/end', seq: 2, time: 3, data: { turn: 1, step: 1 } },
+  ]))
+  const r3 = await store.readStoredRevision('r')
+  assert.notEqual(r3, r2)
+  await store.close()
+  const reopened = addon.openSessionLog(root)
+  assert.equal(await reopened.readStoredRevision('r'), r3, 'stable across reopen')
+  await reopened.close()
+})
+
+test('a torn tail is reported once as tornMarker, retired by commitRepair, and never truncates committed events', async (t) => {
+  const root = tempRoot(t)
+  const store = addon.openSessionLog(root)
+  const committed = [
+    { type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } },
+    { type: 'step/start', seq: 1, time: 2, data: { turn: 1, step: 1 } },
+  ]
+  await store.appendBatch(JSON.stringify(meta('t')), JSON.stringify(committed), false)
+  const clean = JSON.parse(await store.loadStored('t'))
+  assert.equal(clean.tornMarker, undefined, 'no torn tail before the crash')
+  // Corrupting needs every handle on the root closed (an open store would
+  // write over the fragment).
+  await assert.rejects(addon.corruptTailForTest(root, 't', '/w'), /SESSIONLOG_IN_USE/)
+  await store.close()
+  await addon.corruptTailForTest(root, 't', '/w')
+
+  const reopened = addon.openSessionLog(root)
+  const torn = JSON.parse(await reopened.loadStored('t'))
+  assert.equal(typeof torn.tornMarker, 'number', 'the torn tail is reported')
+  assert.deepEqual(torn.events, committed, 'committed events survive')
+  await assert.rejects(
+    reopened.commitRepair(JSON.stringify(meta('t')), torn.tornMarker + 1, '[]'),
+    /SESSIONLOG_STALE_REPAIR/,
+  )
+  const closers = [
+    { type: 'step/end', seq: 2, time: 3, data: { turn: 1, step: 1 } },
+    { type: 'turn/end', seq: 3, time: 3, data: { turn: 1, reason: { kind: 'interrupted' } } },
+  ]
+  await reopened.commitRepair(JSON.stringify(meta('t')), torn.tornMarker, JSON.stringify(closers))
+  const repaired = JSON.parse(await reopened.loadStored('t'))
+  assert.equal(repaired.tornMarker, undefined, 'present only while there is a torn tail')
+  assert.deepEqual(repaired.events, [...committed, ...closers])
+  await reopened.close()
+
+  const again = addon.openSessionLog(root)
+  const final = JSON.parse(await again.loadStored('t'))
+  assert.equal(final.tornMarker, undefined)
+  assert.deepEqual(final.events, [...committed, ...closers])
+  await again.close()
+})
+
+test('two handles on one root in a process share the store', async (t) => {
+  const root = tempRoot(t)
+  const a = addon.openSessionLog(root)
+  const b = addon.openSessionLog(join(root, '.'))
+  await a.appendBatch(JSON.stringify(meta('x')), JSON.stringify([{ type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } }]), false)
+  await b.appendBatch(JSON.stringify(meta('y')), JSON.stringify([{ type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } }]), false)
+  assert.deepEqual(JSON.parse(await a.list()).map(h => h.id).sort(), ['x', 'y'])
+  await a.close()
+  // b still works after a closed.
+  assert.equal(JSON.parse(await b.loadStored('x')).events.length, 1)
+  await b.close()
+  await assert.rejects(b.list(), /SESSIONLOG_CLOSED/)
+})
+
+test('two writers of one session: the stale append is refused, never a seq collision', async (t) => {
+  const root = tempRoot(t)
+  const a = addon.openSessionLog(root)
+  const b = addon.openSessionLog(root)
+  const start = [{ type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } }]
+  await a.appendBatch(JSON.stringify(meta('w')), JSON.stringify(start), false)
+  await assert.rejects(
+    b.appendBatch(JSON.stringify(meta('w')), JSON.stringify(start), false),
+    /SESSIONLOG_EXISTS/,
+  )
+  await a.appendBatch(JSON.stringify(meta('w')), JSON.stringify([{ type: 'step/start', seq: 1, time: 2, data: { turn: 1, step: 1 } }]), true)
+  // b's view of the session is stale (it believes seq 1 is next).
+  await assert.rejects(
+    b.appendBatch(JSON.stringify(meta('w')), JSON.stringify([{ type: 'turn/end', seq: 1, time: 3, data: { turn: 1 } }]), true),
+    /SESSIONLOG_REJECTED: .*contiguous/,
+  )
+  assert.deepEqual(JSON.parse(await b.loadStored('w')).events.map(e => e.seq), [0, 1])
+  await a.close()
+  await b.close()
+})
+
+test('a first batch the store refuses leaves the id free and unlisted', async (t) => {
+  const root = tempRoot(t)
+  const store = addon.openSessionLog(root)
+  // Not contiguous from 0: the store refuses the batch.
+  await assert.rejects(
+    store.appendBatch(JSON.stringify(meta('bad')), JSON.stringify([{ type: 'turn/start', seq: 3, time: 1, data: {} }]), false),
+    /SESSIONLOG_REJECTED/,
+  )
+  assert.equal(await store.loadStored('bad'), null)
+  assert.deepEqual(JSON.parse(await store.list()), [])
+  await store.appendBatch(JSON.stringify(meta('bad')), JSON.stringify([{ type: 'turn/start', seq: 0, time: 1, data: {} }]), false)
+  assert.equal(JSON.parse(await store.loadStored('bad')).events.length, 1)
+  await store.close()
+})
+
+test('hooks return Promises (disk work runs off the JavaScript thread)', async (t) => {
+  const root = tempRoot(t)
+  const store = addon.openSessionLog(root)
+  const pending = store.list()
+  assert.ok(pending instanceof Promise)
+  await pending
+  await store.close()
+})
+
+test('a second process writes its own sessions, and gets a typed SESSIONLOG_LOCKED error for ours', async (t) => {
+  const root = tempRoot(t)
+  const store = addon.openSessionLog(root)
+  await store.appendBatch(JSON.stringify(meta('p')), JSON.stringify([{ type: 'turn/start', seq: 0, time: 1, data: {} }]), false)
+  const child = spawnSync(process.execPath, ['-e', `
+    const s = require(${JSON.stringify(addonPath)}).openSessionLog(${JSON.stringify(root)})
+    const ev = seq => JSON.stringify([{ type: 'turn/start', seq, time: 1, data: {} }])
+    const meta = id => JSON.stringify({ version: 0, id, createdAt: 1000, cwd: '/w' })
+    s.appendBatch(meta('q'), ev(0), false)
+      .then(() => { console.log('own ok'); return s.appendBatch(meta('p'), ev(1), true) })
+      .then(() => { console.log('wrote p'); process.exit(0) },
+        e => { console.log(e.message); process.exit(3) })
+  `], { encoding: 'utf8' })
+  assert.equal(child.status, 3, child.stdout + child.stderr)
+  assert.match(child.stdout, /^own ok\nSESSIONLOG_LOCKED: /)
+  assert.match(child.stdout, /"p"/)
+  assert.deepEqual(JSON.parse(await store.list()).map(h => h.id).sort(), ['p', 'q'])
+  await store.close()
+})
+
+test('a handle collected without close releases the store for other processes', async (t) => {
+  const root = tempRoot(t)
+  await (async () => {
+    const store = addon.openSessionLog(root)
+    await store.appendBatch(JSON.stringify(meta('g')), JSON.stringify([{ type: 'turn/start', seq: 0, time: 1, data: {} }]), false)
+  })()
+  const v8 = await import('node:v8')
+  const vm = await import('node:vm')
+  v8.setFlagsFromString('--expose-gc')
+  const gc = vm.runInNewContext('gc')
+  // Writing 'g' needs its writer lock, which the collected handle held.
+  const opens = () => spawnSync(process.execPath, ['-e', `
+    const s = require(${JSON.stringify(addonPath)}).openSessionLog(${JSON.stringify(root)})
+    const meta = JSON.stringify({ version: 0, id: 'g', createdAt: 1000, cwd: '/w' })
+    s.appendBatch(meta, JSON.stringify([{ type: 'turn/end', seq: 1, time: 2, data: {} }]), true)
+      .then(() => s.list())
+      .then(t => { console.log(t); process.exit(0) }, e => { console.log(e.message); process.exit(3) })
+  `], { encoding: 'utf8' })
+  // The finalizer runs after a collection, and the close on its own thread
+  // after that: poll for a while.
+  let child
+  for (let i = 0; i < 50; i++) {
+    gc()
+    await new Promise(resolve => setTimeout(resolve, 20))
+    child = opens()
+    if (child.status === 0) break
+  }
+  assert.equal(child.status, 0, child.stdout + child.stderr)
+  assert.deepEqual(JSON.parse(child.stdout).map(h => h.id), ['g'])
+})
