@@ -664,6 +664,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
                         "events": s.events,
                         "segments": s.segments,
                         "bytes": s.bytes,
+                        "allocatedBytes": s.allocated,
                         "jsonlBytes": s.jsonl_bytes,
                         "ratio": if s.jsonl_bytes == 0 { None } else { Some(s.bytes as f64 / s.jsonl_bytes as f64) },
                         "eventsSinceCheckpoint": s.events_since_checkpoint,
@@ -691,6 +692,7 @@ struct Totals {
     events: u64,
     segments: u64,
     bytes: u64,
+    allocated: u64,
     jsonl_bytes: u64,
     since_checkpoint: u64,
 }
@@ -707,6 +709,7 @@ impl Totals {
         self.events += s.events;
         self.segments += s.segments;
         self.bytes += s.bytes;
+        self.allocated += s.allocated;
         self.jsonl_bytes += s.jsonl_bytes;
         self.since_checkpoint += s.events_since_checkpoint;
     }
@@ -717,10 +720,11 @@ impl std::fmt::Display for Totals {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "events={} segments={} bytes={} bytes/event={} jsonl_bytes={} ratio={} since_checkpoint={}",
+            "events={} segments={} bytes={} allocated={} bytes/event={} jsonl_bytes={} ratio={} since_checkpoint={}",
             self.events,
             self.segments,
             self.bytes,
+            self.allocated,
             per_event(self.bytes, self.events),
             self.jsonl_bytes,
             ratio(self.bytes, self.jsonl_bytes),

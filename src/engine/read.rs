@@ -49,6 +49,11 @@ pub struct SessionStats {
     /// Bytes of the log on disk (sealed files, and the active segment up to
     /// its committed end; preallocated space not counted).
     pub bytes: u64,
+    /// What the session really costs on the device: the allocated blocks
+    /// of every file in its directory (segments with their preallocated
+    /// space, `HEADER`, `CHECKPOINT`, `LINEAGE`; hard-linked segments a
+    /// fork shares count in each session).
+    pub allocated: u64,
     /// Bytes the same events take as plain JSONL (one event per line).
     pub jsonl_bytes: u64,
     /// Events appended since the last checkpoint.
@@ -341,10 +346,22 @@ impl Store {
             .metadata(&s.dir.join(checkpoint::CHECKPOINT_FILE))
             .ok()
             .and_then(|m| m.modified);
+        let vfs = &*self.inner.options.vfs;
+        let mut allocated = 0;
+        for name in vfs.read_dir(&s.dir).map_err(io_at(&s.dir))? {
+            let path = s.dir.join(name);
+            match vfs.symlink_metadata(&path) {
+                Ok(m) => allocated += m.allocated,
+                // Replaced or removed meanwhile (a checkpoint's rename).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_at(&path)(e)),
+            }
+        }
         Ok(SessionStats {
             events: events.len() as u64,
             segments: s.segs.len() as u64,
             bytes,
+            allocated,
             jsonl_bytes,
             events_since_checkpoint: s.since_checkpoint,
             checkpoint_modified,

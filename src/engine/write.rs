@@ -16,6 +16,10 @@ use crate::segment::{self, SegmentIdent, SegmentWriter};
 use crate::vfs::SegmentBytes;
 use std::path::Path;
 
+/// Logs shorter than this many events get no checkpoint when built whole
+/// (import, fork): replaying them at reopen is cheaper than the file.
+const SMALL_LOG_EVENTS: u64 = 1024;
+
 /// How [`Store::build_and_publish`] may publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Publish {
@@ -671,7 +675,11 @@ impl Store {
             }
             c.defer_sync = false;
             c.sync_now()?;
-            if c.since_checkpoint > 0 {
+            // A small log reopens by replaying it faster than a checkpoint
+            // is read, and the checkpoint file would cost a block of its
+            // own (1,000 small imported sessions would spend as much on
+            // checkpoints as on their logs).
+            if c.since_checkpoint >= SMALL_LOG_EVENTS {
                 self.write_checkpoint(c, true)?;
             }
             Ok(())
