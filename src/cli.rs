@@ -61,6 +61,24 @@ enum Command {
         #[arg(value_name = "FILE|ID")]
         target: OsString,
     },
+    /// Print a stored session's events, one per line, from a seq on; with
+    /// `-f`, keep printing new ones as any process appends them (store mode
+    /// only).
+    Tail {
+        /// Keep following: wait for new events (until interrupted, the
+        /// output is closed, or the session is deleted).
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// Start at this seq (default: the last `-n` events).
+        #[arg(long, value_name = "SEQ", conflicts_with = "lines")]
+        from: Option<u64>,
+        /// Start with the last N events (default 10).
+        #[arg(short = 'n', long = "lines", value_name = "N")]
+        lines: Option<u64>,
+        /// A session id.
+        #[arg(value_name = "ID")]
+        target: OsString,
+    },
     /// Print the surface: nodes, replacement history and replaceGeneration.
     Surface {
         /// A harness session file, or a session id in store mode.
@@ -196,6 +214,9 @@ pub(crate) enum Failure {
     Usage(String),
     /// I/O: exit 3.
     Io(String),
+    /// The reader of our output went away (`sessionlog cat ID | head`):
+    /// nothing is wrong, stop quietly with exit 0.
+    OutputClosed,
 }
 
 impl Failure {
@@ -204,12 +225,14 @@ impl Failure {
             Failure::Invalid(_) => 1,
             Failure::Usage(_) => 2,
             Failure::Io(_) => 3,
+            Failure::OutputClosed => 0,
         }
     }
 
     pub(crate) fn message(&self) -> &str {
         match self {
             Failure::Invalid(m) | Failure::Usage(m) | Failure::Io(m) => m,
+            Failure::OutputClosed => "the output was closed",
         }
     }
 }
@@ -218,12 +241,9 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    let result = run(cli, &mut out).and_then(|()| {
-        out.flush()
-            .map_err(|e| Failure::Io(format!("writing output: {e}")))
-    });
+    let result = run(cli, &mut out).and_then(|()| out.flush().map_err(io_err));
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) | Err(Failure::OutputClosed) => ExitCode::SUCCESS,
         Err(f) => {
             let _ = out.flush();
             eprintln!("error: {}", f.message());
@@ -286,6 +306,9 @@ fn load<'a>(path: &Path, bytes: &'a [u8], strict: bool) -> Result<JsonlSession<'
 }
 
 pub(crate) fn io_err(e: io::Error) -> Failure {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        return Failure::OutputClosed;
+    }
     Failure::Io(format!("writing output: {e}"))
 }
 
@@ -353,6 +376,7 @@ fn run_file(command: Command, out: &mut impl Write) -> Result<(), Failure> {
             write_events(out, &s.state.closers())
         }
         Command::Import { .. } => Err(needs_store("import")),
+        Command::Tail { .. } => Err(needs_store("tail")),
         Command::Export { .. } => Err(needs_store("export")),
         Command::Ls { .. } => Err(needs_store("ls")),
         Command::Verify { .. } => Err(needs_store("verify")),
@@ -460,6 +484,36 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
              (or drop --store / unset SESSIONLOG_STORE)"
                 .into(),
         )),
+        Command::Tail {
+            follow,
+            from,
+            lines,
+            target,
+        } => {
+            let id = session_id(target)?;
+            let store = open_read_only(dir)?;
+            let from = match from {
+                Some(seq) => seq,
+                None => store
+                    .next_seq(&id)
+                    .map_err(store_err)?
+                    .saturating_sub(lines.unwrap_or(10)),
+            };
+            let mut tail = store.tail(&id, from).map_err(store_err)?;
+            write_events(out, &tail.poll().map_err(store_err)?)?;
+            out.flush().map_err(io_err)?;
+            if !follow {
+                return Ok(());
+            }
+            // Until interrupted, the output closed or the session deleted.
+            loop {
+                let events = tail
+                    .wait(std::time::Duration::from_secs(1))
+                    .map_err(store_err)?;
+                write_events(out, &events)?;
+                out.flush().map_err(io_err)?;
+            }
+        }
         Command::Cat { from, target } => {
             let id = session_id(target)?;
             let store = open_read_only(dir)?;

@@ -680,3 +680,67 @@ fn a_failed_append_midway_leaves_no_half_imported_session() {
         "no session files are left"
     );
 }
+
+/// `tail -f` in one process prints what another process appends, as it is
+/// appended; `cat | head` ends quietly when the reader goes away.
+#[test]
+fn tail_follows_appends_from_another_process_and_closed_pipes_are_quiet() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), "s1.jsonl", "s1", &BALANCED);
+    let dir = tmp.path().join("store");
+    ok(&dir, &["import", path_str(&file)]);
+    let mut follower = std::process::Command::new(env!("CARGO_BIN_EXE_sessionlog"))
+        .args(["--store", path_str(&dir), "tail", "-f", "--from", "4", "s1"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(follower.stdout.take().unwrap()).lines();
+    let seq_of = |l: &str| {
+        serde_json::from_str::<Value>(l).unwrap()["seq"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(seq_of(&lines.next().unwrap().unwrap()), 4);
+    assert_eq!(seq_of(&lines.next().unwrap().unwrap()), 5);
+    // Another process (this one) appends: the follower prints it.
+    let writer = Store::open(&dir, Options::default()).unwrap();
+    let ev = sessionlog::event::Event::from_json(
+        r#"{"type":"session/title","seq":6,"time":2000,"data":{"title":"t"}}"#,
+    )
+    .unwrap();
+    writer.append("s1", &[ev]).unwrap();
+    assert_eq!(seq_of(&lines.next().unwrap().unwrap()), 6);
+    follower.kill().unwrap();
+    follower.wait().unwrap();
+
+    // A closed pipe: the first line is read, then the reader goes away.
+    let mut cat = std::process::Command::new(env!("CARGO_BIN_EXE_sessionlog"))
+        .args(["--store", path_str(&dir), "tail", "-f", "--from", "0", "s1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(cat.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    drop(out);
+    // The next append makes it write into the closed pipe.
+    let ev = sessionlog::event::Event::from_json(
+        r#"{"type":"session/title","seq":7,"time":2001,"data":{"title":"u"}}"#,
+    )
+    .unwrap();
+    writer.append("s1", &[ev]).unwrap();
+    let done = cat.wait_with_output().unwrap();
+    assert_eq!(
+        done.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(
+        done.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+}

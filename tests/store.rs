@@ -938,3 +938,58 @@ fn small_sessions_keep_no_preallocated_space() {
     // Whatever the block size: no session keeps a preallocated megabyte.
     assert!(allocated < 1000 * (256 << 10), "{allocated}");
 }
+
+/// A follower in one handle sees what a writer in another appends, as it
+/// is appended, whole batches only, without polling in a loop.
+#[test]
+fn tail_follows_another_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Store::open(dir.path(), small_opts()).unwrap();
+    let log = long_log(40);
+    writer.create(SessionHeader::new("s", 0)).unwrap();
+    writer.append("s", &log[..3]).unwrap();
+    let reader = Store::open_read_only(dir.path()).unwrap();
+    let mut tail = reader.tail("s", 1).unwrap();
+    assert_eq!(tail.poll().unwrap(), log[1..3]);
+    assert!(tail.poll().unwrap().is_empty());
+    let batches: Vec<Vec<OwnedEvent>> = log[3..].chunks(7).map(<[_]>::to_vec).collect();
+    let appender = {
+        let writer = writer.clone();
+        let batches = batches.clone();
+        std::thread::spawn(move || {
+            for b in &batches {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                writer.append("s", b).unwrap();
+            }
+        })
+    };
+    let mut got = log[1..3].to_vec();
+    let started = std::time::Instant::now();
+    while got.len() < log.len() - 1 && started.elapsed() < std::time::Duration::from_secs(20) {
+        let events = tail.wait(std::time::Duration::from_secs(5)).unwrap();
+        // Whole batches only.
+        if let Some(first) = events.first() {
+            let at = first.seq as usize;
+            assert!(
+                at == 3 || (at - 3).is_multiple_of(7),
+                "starts mid-batch at {at}"
+            );
+        }
+        got.extend(events);
+    }
+    appender.join().unwrap();
+    assert_eq!(got, log[1..]);
+    assert_eq!(tail.position(), log.len() as u64);
+    // Nothing more: a wait times out empty.
+    assert!(
+        tail.wait(std::time::Duration::from_millis(50))
+            .unwrap()
+            .is_empty()
+    );
+    // A deleted session ends the follow.
+    writer.delete("s").unwrap();
+    assert!(matches!(
+        tail.wait(std::time::Duration::from_millis(50)),
+        Err(Error::NotFound(_))
+    ));
+}

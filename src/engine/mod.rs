@@ -12,6 +12,7 @@
 //! - [`load`]: loading and recovering a session from its files;
 //! - [`write`]: the append path and the store-level changes built on it;
 //! - [`read`]: events, surface, derive, verify and stats;
+//! - [`tail`]: following a session as writers append to it;
 //! - [`options`], [`error`].
 //!
 //! Data flows one way: append -> record -> file -> sync -> index. Loading
@@ -26,6 +27,7 @@ pub(crate) mod options;
 pub(crate) mod read;
 pub(crate) mod registry;
 pub(crate) mod session;
+pub(crate) mod tail;
 pub(crate) mod write;
 
 pub use error::{Error, Result};
@@ -34,3 +36,4 @@ pub use load::Recovery;
 pub use options::{Durability, Options};
 pub use read::{Derived, SessionStats, VerifyReport};
 pub use registry::Unaccounted;
+pub use tail::Tail;

@@ -78,6 +78,15 @@ impl Store {
         self.with_session(id, |s| self.read_from_locked(s, id, seq, u64::MAX))
     }
 
+    /// The stored events from `seq` on: [`Store::read_from`] without the
+    /// closers a read-only handle synthesises for an interrupted turn.
+    pub fn read_stored_from(&self, id: &str, seq: u64) -> Result<Vec<OwnedEvent>> {
+        self.with_session(id, |s| {
+            let end = s.next_seq();
+            self.read_from_locked(s, id, seq, end)
+        })
+    }
+
     /// Whether reads of session `id` show an open last turn closed, with
     /// closers synthesised in memory: on a read-only handle, when no writer
     /// holds the session (then the turn was interrupted; a live writer's
