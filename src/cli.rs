@@ -402,9 +402,10 @@ fn write_events(out: &mut impl Write, events: &[OwnedEvent]) -> Result<(), Failu
 // Store mode
 // ---------------------------------------------------------------------------
 
-/// The exit code of a store error: bad data or a bad request is 1, anything
-/// about the files or the lock is 3.
+/// The exit code of a store error: bad data, damage or a bad request is 1,
+/// anything about the disk, a missing store or a lock is 3.
 pub(crate) fn store_err(e: store::Error) -> Failure {
+    use sessionlog::manifest::ManifestError as M;
     use store::Error as E;
     // What happened (the error names session, seq, file and offset), then
     // what to do about it.
@@ -424,19 +425,38 @@ pub(crate) fn store_err(e: store::Error) -> Failure {
         E::Poisoned(_) => {
             "a sync failed, so later writes are refused: reopen the store (run the command again)"
         }
-        E::Io { .. } | E::Store(_) => "check the disk, permissions and free space",
+        E::Io { .. } | E::Manifest(M::Io { .. }) | E::Checkpoint { .. } => {
+            "check the disk, permissions and free space"
+        }
+        E::Manifest(M::Missing { .. }) => {
+            "no store here yet: create one with `sessionlog --store DIR import FILE...`"
+        }
+        E::Manifest(M::NotAStore { .. }) => {
+            "give the store's directory (a new or empty one for `import`)"
+        }
+        E::Manifest(M::UnsupportedVersion { .. }) | E::Segment { .. } => {
+            "this build cannot read that format version; the message says how to migrate"
+        }
+        E::Manifest(_) => "the store's MANIFEST is damaged: nothing was changed",
+        E::Index { .. } | E::Internal { .. } => {
+            "the session's index disagrees with its log: `verify` checks it; reopening rebuilds the index"
+        }
+        E::Encode { .. } => {
+            "nothing was stored; the batch holds something the record codec cannot represent"
+        }
         E::ReadOnly => "this command needs a writable store",
         _ => "see the message above",
     };
     let m = format!("{e}\nhint: {hint}");
     match e {
-        E::Rejected { .. }
-        | E::Corrupt { .. }
-        | E::NotFound(_)
-        | E::Exists(_)
-        | E::BadId { .. }
-        | E::TooLarge { .. } => Failure::Invalid(m),
-        _ => Failure::Io(m),
+        E::Io { .. }
+        | E::Locked { .. }
+        | E::Poisoned(_)
+        | E::Closed
+        | E::ReadOnly
+        | E::Checkpoint { .. }
+        | E::Manifest(M::Io { .. } | M::Missing { .. }) => Failure::Io(m),
+        _ => Failure::Invalid(m),
     }
 }
 

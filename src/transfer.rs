@@ -122,7 +122,8 @@ fn import_error(e: ImportError) -> (Failure, bool) {
                 **source,
                 store::Error::Io { .. }
                     | store::Error::Poisoned(_)
-                    | store::Error::Store(_)
+                    | store::Error::Manifest(_)
+                    | store::Error::Checkpoint { .. }
                     | store::Error::Locked { .. }
             ) =>
         {

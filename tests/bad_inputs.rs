@@ -85,7 +85,9 @@ fn store_err(e: Error) -> (String, String) {
         Error::ReadOnly => "ReadOnly",
         Error::BadId { .. } => "BadId",
         Error::TooLarge { .. } => "TooLarge",
-        Error::Store(_) => "Store",
+        Error::Manifest(_) => "Manifest",
+        Error::Segment { .. } => "Segment",
+        Error::Checkpoint { .. } => "Checkpoint",
         #[allow(unreachable_patterns)]
         _ => "other",
     };
@@ -1171,18 +1173,18 @@ fn rows() -> Vec<Row> {
         Row {
             name: "store directory is a file",
             run: dir_is_file,
-            expect: Fails("Store", &["MANIFEST: Not a directory"]),
+            expect: Fails("Manifest", &["MANIFEST: Not a directory"]),
         },
         Row {
             name: "store directory is a file (read-only)",
             run: dir_is_file_read_only,
-            expect: Fails("Store", &["MANIFEST: Not a directory"]),
+            expect: Fails("Manifest", &["MANIFEST: Not a directory"]),
         },
         Row {
             name: "store directory holds other files",
             run: dir_not_a_store,
             expect: Fails(
-                "Store",
+                "Manifest",
                 &["not a sessionlog store (no MANIFEST and the directory is not empty)"],
             ),
         },
@@ -1190,20 +1192,20 @@ fn rows() -> Vec<Row> {
             name: "store directory missing (read-only)",
             run: dir_missing_read_only,
             expect: Fails(
-                "Store",
+                "Manifest",
                 &["no sessionlog store here (missing or empty directory)"],
             ),
         },
         Row {
             name: "store directory unreadable (chmod 000)",
             run: dir_unreadable,
-            expect: Fails("Store", &["Permission denied"]),
+            expect: Fails("Manifest", &["Permission denied"]),
         },
         Row {
             name: "store of format version 2 (older)",
             run: manifest_version_rw,
             expect: Fails(
-                "Store",
+                "Manifest",
                 &[
                     "written by a build using store format version 2; this build reads only version 3",
                     "to migrate",
@@ -1214,14 +1216,14 @@ fn rows() -> Vec<Row> {
             name: "store of format version 2 (older, read-only)",
             run: manifest_version_ro,
             expect: Fails(
-                "Store",
+                "Manifest",
                 &["store format version 2; this build reads only version 3"],
             ),
         },
         Row {
             name: "MANIFEST with a flipped bit",
             run: manifest_bit_flip,
-            expect: Fails("Store", &["corrupt store manifest: checksum mismatch"]),
+            expect: Fails("Manifest", &["corrupt store manifest: checksum mismatch"]),
         },
     ]
 }

@@ -744,3 +744,43 @@ fn tail_follows_appends_from_another_process_and_closed_pipes_are_quiet() {
         String::from_utf8_lossy(&done.stderr)
     );
 }
+
+/// A MANIFEST of another format version, or a damaged one, exits 1 with
+/// what is wrong and how to migrate, not 3 with "check the disk" (the
+/// errors were flattened into one string variant before).
+#[test]
+fn manifest_errors_exit_1_with_what_is_wrong() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), "s1.jsonl", "s1", &BALANCED);
+    let dir = tmp.path().join("store");
+    ok(&dir, &["import", path_str(&file)]);
+    let path = dir.join("MANIFEST");
+    let good = std::fs::read(&path).unwrap();
+    let mut old = good.clone();
+    old[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let crc = crc32fast::hash(&old[..32]);
+    old[32..36].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, &old).unwrap();
+    for args in [&["ls"][..], &["import", path_str(&file)]] {
+        let r = sl(&dir, args);
+        assert_eq!(r.code, 1, "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains("store format version 2"), "{}", r.stderr);
+        assert!(
+            r.stderr.contains("export"),
+            "says how to migrate: {}",
+            r.stderr
+        );
+        assert!(!r.stderr.contains("check the disk"), "{}", r.stderr);
+    }
+    let mut flipped = good.clone();
+    flipped[20] ^= 1;
+    std::fs::write(&path, &flipped).unwrap();
+    let r = sl(&dir, &["ls"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("MANIFEST"), "{}", r.stderr);
+    assert!(!r.stderr.contains("check the disk"), "{}", r.stderr);
+    // A missing store says how to make one.
+    let r = sl(&tmp.path().join("nowhere"), &["ls"]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stderr.contains("import"), "{}", r.stderr);
+}

@@ -89,9 +89,61 @@ pub enum Error {
         /// Limit.
         max: u32,
     },
-    /// A store-level file (the manifest) is unusable.
-    #[error("{0}")]
-    Store(String),
+    /// The store's `MANIFEST` is missing, damaged, or of another format
+    /// version (the message says how to migrate), or the directory is not a
+    /// store.
+    #[error(transparent)]
+    Manifest(#[from] crate::manifest::ManifestError),
+    /// A segment file cannot be used for a reason other than damage (damage
+    /// is [`Error::Corrupt`]): another segment format version, a call its
+    /// state does not allow.
+    #[error("session {session:?}: {path}: {source}")]
+    Segment {
+        /// The session id.
+        session: String,
+        /// The segment file.
+        path: PathBuf,
+        /// What the segment layer said.
+        source: segment::SegmentError,
+    },
+    /// Writing a session's checkpoint failed (the log is intact: a
+    /// checkpoint is a cache, rebuilt from the log).
+    #[error("session {session:?}: writing the checkpoint in {dir}: {source}")]
+    Checkpoint {
+        /// The session id.
+        session: String,
+        /// The session directory.
+        dir: PathBuf,
+        /// What failed.
+        source: crate::checkpoint::CheckpointError,
+    },
+    /// A batch could not be encoded (it holds something the record codec
+    /// cannot represent); nothing was written.
+    #[error("session {session:?}: encoding the batch failed: {source}")]
+    Encode {
+        /// The session id.
+        session: String,
+        /// What the codec said.
+        source: crate::codec::CodecError,
+    },
+    /// A surface node's data is not where the session's index says
+    /// (derive reads it in place): the index disagrees with the log.
+    #[error("session {session:?}: {source}")]
+    Index {
+        /// The session id.
+        session: String,
+        /// The node that could not be found.
+        source: crate::derive::MissingEvent,
+    },
+    /// A batch was written but could not be indexed: the session is
+    /// poisoned (reopen rebuilds the index from the log).
+    #[error("session {session:?}: indexing a written batch: {reason}")]
+    Internal {
+        /// The session id.
+        session: String,
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 /// A result of the store.
@@ -145,6 +197,10 @@ pub(super) fn segment_error(session: &str, path: &Path, e: segment::SegmentError
             size,
             max,
         },
-        other => Error::Store(format!("session {session:?}: {}: {other}", path.display())),
+        source => Error::Segment {
+            session: session.to_owned(),
+            path: path.to_owned(),
+            source,
+        },
     }
 }

@@ -188,8 +188,7 @@ impl Store {
             Manifest::open_with(&*vfs, dir)
         } else {
             Manifest::open_or_create_with(&*vfs, dir).map(|(m, _)| m)
-        }
-        .map_err(|e| Error::Store(e.to_string()))?;
+        }?;
         let locks = LockTable::open(dir, !read_only)
             .map_err(|source| Error::Io {
                 path: dir.join(super::locks::LOCK_FILE),

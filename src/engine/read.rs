@@ -225,7 +225,10 @@ impl Store {
             let Session { derive, state, .. } = &mut *s;
             derive
                 .update(state.surface(), &snapshot)
-                .map_err(|e| Error::Store(format!("session {id:?}: {e}")))?;
+                .map_err(|source| Error::Index {
+                    session: id.to_owned(),
+                    source,
+                })?;
             Ok(Derived {
                 snapshot,
                 cache: s.derive.clone(),

@@ -242,7 +242,10 @@ impl Store {
             &mut payload,
             &mut data_ranges,
         )
-        .map_err(|e| Error::Store(format!("session {id:?}: encoding the batch failed: {e}")))?;
+        .map_err(|source| Error::Encode {
+            session: id.clone(),
+            source,
+        })?;
         let size = (payload.len() + segment::BATCH_HEADER_LEN) as u64;
         if size > u64::from(opts.max_record) {
             return Err(Error::TooLarge {
@@ -338,7 +341,10 @@ impl Store {
                 let d = data_ranges[i].as_ref()?;
                 Some(base + d.start..base + d.end)
             })
-            .map_err(|why| Error::Store(format!("session {id:?}: indexing a written batch: {why}")))
+            .map_err(|reason| Error::Internal {
+                session: id.clone(),
+                reason,
+            })
         })();
         if let Err(e) = indexed {
             s.poisoned = true;
@@ -452,7 +458,10 @@ impl Store {
         if complete || !derive.needs_rebuild(state.surface()) {
             derive
                 .update(state.surface(), &View { segs, node_locs })
-                .map_err(|e| Error::Store(format!("session {:?}: {e}", header.id)))?;
+                .map_err(|source| Error::Index {
+                    session: header.id.clone(),
+                    source,
+                })?;
         }
         let body = CheckpointBody {
             coverage: Coverage {
@@ -468,8 +477,13 @@ impl Store {
             batches: s.batches.to_vec(),
             node_locs: s.node_locs.0.clone(),
         };
-        checkpoint::write_with(&*self.inner.options.vfs, &s.dir, &body)
-            .map_err(|e| Error::Store(format!("session {:?}: {e}", s.header.id)))?;
+        checkpoint::write_with(&*self.inner.options.vfs, &s.dir, &body).map_err(|source| {
+            Error::Checkpoint {
+                session: s.header.id.clone(),
+                dir: s.dir.clone(),
+                source,
+            }
+        })?;
         s.since_checkpoint = 0;
         Ok(())
     }
