@@ -993,3 +993,62 @@ fn tail_follows_another_writer() {
         Err(Error::NotFound(_))
     ));
 }
+
+/// `events` streams a session batch by batch: the same events as
+/// `read_from`, from any seq, and a damaged record ends it with Corrupt.
+#[test]
+fn events_stream_what_read_from_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = long_log(60);
+    {
+        let store = store_with_session(dir.path(), small_opts(), "s");
+        for b in log.chunks(5) {
+            store.append("s", b).unwrap();
+        }
+        store.close().unwrap();
+    }
+    let store = Store::open(dir.path(), small_opts()).unwrap();
+    for from in [
+        0,
+        1,
+        4,
+        5,
+        37,
+        log.len() as u64 - 1,
+        log.len() as u64,
+        10_000,
+    ] {
+        let streamed: Vec<OwnedEvent> = store
+            .events("s", from)
+            .unwrap()
+            .collect::<sessionlog::store::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            streamed,
+            store.read_stored_from("s", from).unwrap(),
+            "from {from}"
+        );
+        assert_eq!(
+            streamed,
+            log[(from as usize).min(log.len())..],
+            "from {from}"
+        );
+    }
+    assert!(matches!(store.events("nope", 0), Err(Error::NotFound(_))));
+    drop(store);
+    // Damage a record in the middle: the stream ends with the error.
+    let seg = segment_path(dir.path());
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[200] ^= 0x55;
+    std::fs::write(&seg, &bytes).unwrap();
+    let store = Store::open_read_only(dir.path()).unwrap();
+    let items: Vec<_> = match store.events("s", 0) {
+        Ok(events) => events.collect(),
+        Err(e) => vec![Err(e)],
+    };
+    assert!(
+        matches!(items.last(), Some(Err(Error::Corrupt { .. }))),
+        "{:?}",
+        items.last().map(|r| r.as_ref().map(|e| e.seq))
+    );
+}

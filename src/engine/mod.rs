@@ -12,6 +12,7 @@
 //! - [`load`]: loading and recovering a session from its files;
 //! - [`write`]: the append path and the store-level changes built on it;
 //! - [`read`]: events, surface, derive, verify and stats;
+//! - [`events`]: decoding a session batch by batch (collected or streamed);
 //! - [`tail`]: following a session as writers append to it;
 //! - [`options`], [`error`].
 //!
@@ -20,6 +21,7 @@
 //! it does not call the write path.
 
 pub(crate) mod error;
+pub(crate) mod events;
 pub(crate) mod handle;
 pub(crate) mod load;
 pub(crate) mod locks;
@@ -31,6 +33,7 @@ pub(crate) mod tail;
 pub(crate) mod write;
 
 pub use error::{Error, Result};
+pub use events::Events;
 pub use handle::Store;
 pub use load::Recovery;
 pub use options::{Durability, Options};

@@ -1,6 +1,7 @@
 //! Reads: events by seq, the surface, derived messages, verify and stats.
 
 use super::error::{Error, Result, io_at, rejected, segment_error};
+use super::events::BatchCursor;
 use super::handle::Store;
 use super::session::{Session, Snapshot};
 use crate::checkpoint;
@@ -11,7 +12,6 @@ use crate::header::SessionHeader;
 use crate::segment::{self, ScanOptions, SegmentIdent};
 use crate::session::SessionState;
 use crate::surface::Surface;
-use std::path::Path;
 
 /// Derived messages, borrowing from the mapped segments.
 pub struct Derived {
@@ -109,74 +109,18 @@ impl Store {
         seq: u64,
         until: u64,
     ) -> Result<Vec<OwnedEvent>> {
-        let start = s.batches.after_seq(seq).saturating_sub(1);
         let mut closers = Vec::new();
         if self.synthesises_closers(id) {
             closers = s.closers();
         }
         let stored_end = s.next_seq().min(until);
         let mut out = Vec::with_capacity(stored_end.saturating_sub(seq) as usize + closers.len());
-        // The seq the next batch must start at: the index must not skip one.
-        let mut expected: Option<u64> = (start == 0).then_some(0);
-        for b in s
-            .batches
-            .iter_from(start)
-            .take_while(|b| b.first_seq < until)
-        {
-            let corrupt = |path: &Path, reason: String| Error::Corrupt {
-                session: id.to_owned(),
-                segment: path.to_owned(),
-                offset: b.offset,
-                reason,
-            };
-            let i = s.segs.partition_point(|g| g.first_seq <= b.segment);
-            let seg = i
-                .checked_sub(1)
-                .map(|i| &s.segs[i])
-                .filter(|g| g.first_seq == b.segment)
-                .ok_or_else(|| {
-                    corrupt(
-                        &s.dir,
-                        format!("the index names segment {} which is not mapped", b.segment),
-                    )
-                })?;
-            // Records a checkpoint covers were not scanned at open: check the
-            // frame and its CRC here, before trusting any length in it.
-            let ident = s.ident(self.inner.store_id, seg.first_seq);
-            let loc = segment::record_at(&seg.map, &ident, b.offset)
-                .filter(|loc| loc.first_seq == b.first_seq)
-                .ok_or_else(|| {
-                    corrupt(
-                        &seg.path,
-                        "no valid record where the index points (checksum or frame damaged)".into(),
-                    )
-                })?;
-            if expected.is_some_and(|e| e != loc.first_seq) {
-                return Err(corrupt(
-                    &seg.path,
-                    format!(
-                        "the index skips from seq {} to batch {}",
-                        expected.unwrap_or_default(),
-                        loc.first_seq
-                    ),
-                ));
-            }
-            expected = Some(loc.first_seq + u64::from(loc.count));
-            let r = loc.codec_range();
-            let events = codec::decode_batch(
-                &seg.map[r.start as usize..r.end as usize],
-                loc.first_seq,
-                loc.count,
-                0,
-            )
-            .map_err(|e| corrupt(&seg.path, e.to_string()))?;
-            for e in events {
-                if e.seq >= seq && e.seq < until {
-                    out.push(e.into_owned());
-                }
-            }
+        let mut cursor = BatchCursor::new(self.inner.store_id, s, seq, until);
+        while let Some(batch) = cursor.next_batch() {
+            out.extend(batch?.into_iter().filter(|e| e.seq >= seq && e.seq < until));
         }
         // (A poisoned session may hold a written batch its index missed.)
+        let expected = cursor.expected();
         if !s.poisoned && until >= s.next_seq() && expected.is_some_and(|e| e != s.next_seq()) {
             return Err(Error::Corrupt {
                 session: id.to_owned(),
