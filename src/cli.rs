@@ -312,6 +312,28 @@ pub(crate) fn io_err(e: io::Error) -> Failure {
     Failure::Io(format!("writing output: {e}"))
 }
 
+/// A field of an `ls` row: backslash, tab, newline, carriage return and
+/// every other control character written as in JSON (`\\`, `\t`, `\n`,
+/// `\r`, `\u001b`), so a row stays one line of three tab-separated fields.
+fn escape_field(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(|c| c == '\\' || c.is_control()) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            // Control characters are all in the BMP: one \uXXXX each.
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 fn needs_store(command: &str) -> Failure {
     Failure::Usage(format!(
         "`{command}` works on a store: pass --store DIR or set SESSIONLOG_STORE"
@@ -632,9 +654,9 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
                 writeln!(
                     out,
                     "{}\t{}\t{}",
-                    h.id,
+                    escape_field(&h.id),
                     h.created_at,
-                    h.parent_session.as_deref().unwrap_or("-")
+                    h.parent_session.as_deref().map_or("-".into(), escape_field)
                 )
                 .map_err(io_err)?;
             }

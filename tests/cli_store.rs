@@ -104,7 +104,7 @@ const OPEN: [&str; 4] = [
 
 /// Writes a session file: the header (with `id`), then the lines.
 fn write_session(dir: &Path, name: &str, id: &str, lines: &[&str]) -> PathBuf {
-    let mut text = HEADER.replace("\"s1\"", &format!("{id:?}"));
+    let mut text = HEADER.replace("\"s1\"", &Value::from(id).to_string());
     text.push('\n');
     for l in lines {
         text.push_str(l);
@@ -783,4 +783,31 @@ fn manifest_errors_exit_1_with_what_is_wrong() {
     let r = sl(&tmp.path().join("nowhere"), &["ls"]);
     assert_eq!(r.code, 3, "{}", r.stderr);
     assert!(r.stderr.contains("import"), "{}", r.stderr);
+}
+
+// ---------------------------------------------------------------------------
+// Issue 16: what a new user expects of the CLI
+// ---------------------------------------------------------------------------
+
+/// `ls` escapes ids holding newlines, tabs, control characters or
+/// backslashes (JSON-style), so each row stays one line; `--json` is raw.
+#[test]
+fn ls_escapes_ids_so_each_row_stays_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let odd = "a\tb\nc\\d\u{1b}e";
+    let file = write_session(tmp.path(), "odd.jsonl", odd, &BALANCED);
+    let store = tmp.path().join("store");
+    ok(&store, &["import", path_str(&file)]);
+    ok(&store, &["fork", odd, "kid"]);
+    let ls = ok(&store, &["ls"]);
+    let lines: Vec<&str> = ls.lines().collect();
+    assert_eq!(lines.len(), 2, "{ls:?}");
+    assert_eq!(lines[0], "a\\tb\\nc\\\\d\\u001be\t1000\t-", "{ls:?}");
+    assert!(lines[1].starts_with("kid\t"), "{ls:?}");
+    assert!(lines[1].ends_with("\ta\\tb\\nc\\\\d\\u001be"), "{ls:?}");
+    assert_eq!(lines[1].split('\t').count(), 3, "{ls:?}");
+    // --json keeps the ids as they are.
+    let json: Value = serde_json::from_str(&ok(&store, &["ls", "--json"])).unwrap();
+    assert_eq!(json[0]["id"], odd);
+    assert_eq!(json[1]["parentSession"], odd);
 }
