@@ -312,6 +312,16 @@ pub(crate) fn io_err(e: io::Error) -> Failure {
     Failure::Io(format!("writing output: {e}"))
 }
 
+/// `n` and the word, plural unless `n` is 1: "1 closer", "3 closers".
+pub(crate) fn plural(n: impl Into<u64>, word: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
 /// A field of an `ls` row: backslash, tab, newline, carriage return and
 /// every other control character written as in JSON (`\\`, `\t`, `\n`,
 /// `\r`, `\u001b`), so a row stays one line of three tab-separated fields.
@@ -699,16 +709,16 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             match worst {
                 None => Ok(()),
                 Some(f) if ids.len() == 1 => Err(f),
-                Some(f) => Err(match f {
-                    Failure::Io(_) => Failure::Io(format!(
-                        "{failed} of {} sessions failed verification",
-                        ids.len()
-                    )),
-                    _ => Failure::Invalid(format!(
-                        "{failed} of {} sessions failed verification",
-                        ids.len()
-                    )),
-                }),
+                Some(f) => {
+                    let m = format!(
+                        "{failed} of {} failed verification",
+                        plural(ids.len() as u64, "session")
+                    );
+                    Err(match f {
+                        Failure::Io(_) => Failure::Io(m),
+                        _ => Failure::Invalid(m),
+                    })
+                }
             }
         }
         Command::Fork { src, child, at } => {
@@ -719,7 +729,8 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             let at = match at {
                 Some(n) if n > len => {
                     return Err(Failure::Invalid(format!(
-                        "fork {src:?} at {n}: the session has only {len} events"
+                        "fork {src:?} at {n}: the session has only {}",
+                        plural(len, "event")
                     )));
                 }
                 Some(n) => n,

@@ -2,7 +2,7 @@
 //! formats (JSONL plain, packed or zstd, harness roots in both layouts,
 //! SQLite schema 4 and 17), with progress bars on a terminal.
 
-use crate::cli::{Failure, io_err, open_read_only, open_writer, store_err};
+use crate::cli::{Failure, io_err, open_read_only, open_writer, plural, store_err};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sessionlog::adapters::harness::{self, ExportOptions, ImportError, ImportOptions};
 use sessionlog::adapters::{sqlite, sqlite_export, sqlite17};
@@ -184,15 +184,16 @@ pub fn import(
                         }
                         let line = if r.left_open {
                             format!(
-                                "imported {}: {} events (last turn left open)",
-                                r.id, r.events
+                                "imported {}: {} (last turn left open)",
+                                r.id,
+                                plural(r.events, "event")
                             )
                         } else {
                             format!(
-                                "imported {}: {} events ({} closers)",
+                                "imported {}: {} ({})",
                                 r.id,
-                                r.events,
-                                r.closers.len()
+                                plural(r.events, "event"),
+                                plural(r.closers.len() as u64, "closer")
                             )
                         };
                         progress.println(out, &line)?;
@@ -205,7 +206,8 @@ pub fn import(
                             progress.finish();
                             let _ = store.close();
                             return Err(Failure::Io(format!(
-                                "import stopped after {failed} failed file(s)"
+                                "import stopped after {}",
+                                plural(failed as u64, "failed source")
                             )));
                         }
                         progress.done(0);
@@ -223,10 +225,10 @@ pub fn import(
                             );
                         }
                         let line = format!(
-                            "imported {}: {} events ({} closers) from {}",
+                            "imported {}: {} ({}) from {}",
                             s.id,
-                            s.events,
-                            s.closers,
+                            plural(s.events, "event"),
+                            plural(s.closers, "closer"),
                             path.display()
                         );
                         progress.println(out, &line)?;
@@ -245,7 +247,10 @@ pub fn import(
     match worst {
         None => Ok(()),
         Some(f) => {
-            let m = format!("{failed} of {} sources were not imported", sources.len());
+            let m = format!(
+                "{failed} of {} not imported",
+                plural(sources.len() as u64, "source")
+            );
             Err(match f {
                 Failure::Io(_) => Failure::Io(m),
                 _ => Failure::Invalid(m),
@@ -323,8 +328,13 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
                 }
                 e => Failure::Invalid(e.to_string()),
             })?;
-            writeln!(out, "exported {} sessions to {}", ids.len(), path.display())
-                .map_err(io_err)?;
+            writeln!(
+                out,
+                "exported {} to {}",
+                plural(ids.len() as u64, "session"),
+                path.display()
+            )
+            .map_err(io_err)?;
         }
         Some(path) if path.is_dir() || ids.len() > 1 => {
             // A harness root the harness can load: its current default
@@ -349,9 +359,9 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
                 .map_err(|e| Failure::Io(format!("{}: {e}", path.display())))?;
             writeln!(
                 out,
-                "exported {} ({} events) to {}",
+                "exported {} ({}) to {}",
                 ids[0],
-                r.events,
+                plural(r.events, "event"),
                 path.display()
             )
             .map_err(io_err)?;

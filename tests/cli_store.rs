@@ -412,7 +412,7 @@ fn import_of_a_bad_file_fails_and_stores_nothing_of_it() {
     assert_eq!(json_lines(&ok(&store, &["cat", "good"])).len(), 7);
     // ... unless it is imported under another id.
     let out = ok(&store, &["import", "--id", "good2", path_str(&again)]);
-    assert_eq!(out, "imported good2: 2 events (1 closers)\n");
+    assert_eq!(out, "imported good2: 2 events (1 closer)\n");
     assert_eq!(json_lines(&ok(&store, &["cat", "good2"]))[0]["id"], "good2");
 }
 
@@ -571,9 +571,11 @@ fn imported_fixtures_read_back_as_in_file_mode() {
         assert_eq!(
             out,
             format!(
-                "imported {id}: {} events ({} closers)\n",
+                "imported {id}: {} event{} ({} closer{})\n",
                 want.len() - 1,
-                closers.len()
+                if want.len() == 2 { "" } else { "s" },
+                closers.len(),
+                if closers.len() == 1 { "" } else { "s" }
             ),
             "{name}"
         );
@@ -810,4 +812,39 @@ fn ls_escapes_ids_so_each_row_stays_one_line() {
     let json: Value = serde_json::from_str(&ok(&store, &["ls", "--json"])).unwrap();
     assert_eq!(json[0]["id"], odd);
     assert_eq!(json[1]["parentSession"], odd);
+}
+
+/// "1 event", "1 closer": no "1 closers".
+#[test]
+fn counts_of_one_are_singular() {
+    let tmp = tempfile::tempdir().unwrap();
+    let one = write_session(tmp.path(), "one.jsonl", "one", &BALANCED[..1]);
+    let two = write_session(tmp.path(), "two.jsonl", "two", &BALANCED[..2]);
+    let store = tmp.path().join("store");
+    assert_eq!(
+        ok(&store, &["import", path_str(&one)]),
+        "imported one: 1 event (0 closers)\n"
+    );
+    assert_eq!(
+        ok(&store, &["import", path_str(&two)]),
+        "imported two: 2 events (1 closer)\n"
+    );
+    let r = sl(&store, &["fork", "one", "x", "--at", "5"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("the session has only 1 event\n")
+            || r.stderr.ends_with("the session has only 1 event"),
+        "{}",
+        r.stderr
+    );
+    // One bad file of one.
+    let bad = tmp.path().join("bad.jsonl");
+    std::fs::write(&bad, "not json\n").unwrap();
+    let r = sl(&store, &["import", path_str(&bad)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("1 of 1 source not imported"),
+        "{}",
+        r.stderr
+    );
 }
