@@ -277,6 +277,13 @@ pub struct ExportArgs {
     pub quiet: bool,
 }
 
+/// Whether a path that does not exist yet names a session file by its
+/// extension (`.jsonl`, `.json`, `.zstd`, `.zst`) rather than a directory.
+fn names_a_file(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e == "jsonl" || e == "json" || e == "zstd" || e == "zst")
+}
+
 /// `sessionlog --store DIR export ID... | --all [--to FILE|DIR|-]`.
 pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), Failure> {
     let store = open_read_only(dir)?;
@@ -307,6 +314,28 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
         zstd: args.zstd,
     };
     let to = args.to.filter(|p| p.as_os_str() != "-");
+    if let Some(path) = &to {
+        // Several sessions go into a directory (a harness root) or a `.db`;
+        // a path naming a file is refused, never made a directory.
+        if ids.len() > 1 && !is_db(path) && !path.is_dir() && (path.exists() || names_a_file(path))
+        {
+            return Err(Failure::Usage(format!(
+                "{}: {} do not fit in one {}: give a directory (`--to DIR` writes a harness root, created if missing) or one session (`export ID --to FILE`)",
+                path.display(),
+                plural(ids.len() as u64, "session"),
+                if path.exists() {
+                    "file"
+                } else {
+                    "session file"
+                }
+            )));
+        }
+        if ids.is_empty() && !is_db(path) && !path.is_dir() {
+            return Err(Failure::Invalid(
+                "the store holds no sessions to export".into(),
+            ));
+        }
+    }
     let mut progress = Progress::new("export", ids.len() as u64, args.quiet || to.is_none());
     let export_err = |e: harness::ExportError| match e {
         harness::ExportError::Store(e) => store_err(e),

@@ -119,3 +119,77 @@ fn a_corrupt_file_names_file_line_and_seq_and_imports_nothing() {
     );
     assert_eq!(ok(&store, &["ls"]), "");
 }
+
+/// Runs, requires exit `code`; returns stderr.
+fn fail(store: &Path, args: &[&str], code: i32) -> String {
+    let out = run(store, args);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// A store holding `s1` and `s2` (both SESSION).
+fn two_sessions(tmp: &Path) -> std::path::PathBuf {
+    let store = tmp.join("store");
+    let file = tmp.join("s1.jsonl");
+    std::fs::write(&file, SESSION).unwrap();
+    ok(&store, &["import", file.to_str().unwrap()]);
+    ok(&store, &["import", "--id", "s2", file.to_str().unwrap()]);
+    store
+}
+
+/// Several sessions to a path that names a file are refused (exit 2),
+/// never written as a directory of that name.
+#[test]
+fn export_of_several_sessions_to_a_file_name_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = two_sessions(tmp.path());
+    for name in ["two.jsonl", "two.jsonl.zstd", "two.zstd"] {
+        let to = tmp.path().join(name);
+        let err = fail(
+            &store,
+            &["export", "s1", "s2", "--to", to.to_str().unwrap()],
+            2,
+        );
+        assert!(
+            err.contains("give a directory") && err.contains("one session"),
+            "{err}"
+        );
+        assert!(!to.exists(), "{name} was created");
+        let err = fail(
+            &store,
+            &["export", "--all", "--to", to.to_str().unwrap()],
+            2,
+        );
+        assert!(err.contains("give a directory"), "{err}");
+        assert!(!to.exists(), "{name} was created");
+    }
+    // An existing regular file is no directory either.
+    let file = tmp.path().join("s1.jsonl");
+    let err = fail(
+        &store,
+        &["export", "--all", "--to", file.to_str().unwrap()],
+        2,
+    );
+    assert!(err.contains("give a directory"), "{err}");
+    // One session to that name is a file; a new name without a file
+    // extension is a harness root.
+    let one = tmp.path().join("one.jsonl");
+    let out = ok(&store, &["export", "s1", "--to", one.to_str().unwrap()]);
+    assert!(out.contains("exported s1 (8 events) to"), "{out}");
+    assert!(one.is_file());
+    let root = tmp.path().join("root");
+    ok(
+        &store,
+        &["export", "s1", "s2", "--to", root.to_str().unwrap()],
+    );
+    assert!(root.is_dir());
+    let db = tmp.path().join("one.db");
+    let out = ok(&store, &["export", "s1", "--to", db.to_str().unwrap()]);
+    assert!(out.starts_with("exported 1 session to"), "{out}");
+}
