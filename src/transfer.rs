@@ -89,19 +89,48 @@ fn is_db(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "db" || e == "sqlite")
 }
 
-/// Expands the paths: a directory is a harness root (every session file in
-/// any of its layouts), a `.db` file a SQLite database (schema 4 or 17), anything
-/// else one session file.
+/// Whether a file name is a session file's: `*.jsonl` or `*.jsonl.zstd`.
+fn is_session_file_name(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(".jsonl") || n.ends_with(".jsonl.zstd"))
+}
+
+/// The session files directly in a plain folder (`*.jsonl`,
+/// `*.jsonl.zstd`; symbolic links to files included).
+fn plain_session_files(dir: &Path) -> Result<Vec<PathBuf>, Failure> {
+    let mut found = Vec::new();
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| Failure::Io(format!("{}: {e}", dir.display())))?;
+    for entry in entries {
+        let path = entry
+            .map_err(|e| Failure::Io(format!("{}: {e}", dir.display())))?
+            .path();
+        if is_session_file_name(&path) && path.is_file() {
+            found.push(path);
+        }
+    }
+    Ok(found)
+}
+
+/// Expands the paths: a directory is a plain folder of session files
+/// (its own `*.jsonl` and `*.jsonl.zstd`) and a harness root (every session
+/// file in any of its layouts), all in path order; a `.db` file a SQLite
+/// database (schema 4 or 17), anything else one session file.
 fn sources(paths: &[PathBuf]) -> Result<Vec<Source>, Failure> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let found = harness::find_sessions(p)
+            let mut found = harness::find_sessions(p)
                 .map_err(|e| Failure::Io(format!("{}: {e}", p.display())))?;
+            found.extend(plain_session_files(p)?);
+            found.sort();
+            found.dedup();
             if found.is_empty() {
                 return Err(Failure::Invalid(format!(
-                    "{}: no harness session files found (looked for cwd-*/ID.jsonl, _no-cwd/ID.jsonl and PROJECT/ID/session.jsonl[.zstd])",
-                    p.display()
+                    "{}: no session files found (looked for {dir}/*.jsonl, {dir}/*.jsonl.zstd and the harness root layouts cwd-*/ID.jsonl, _no-cwd/ID.jsonl and PROJECT/ID/session.jsonl[.zstd]); name the files instead: `import FILE...`",
+                    p.display(),
+                    dir = p.display()
                 )));
             }
             out.extend(found.into_iter().map(Source::Jsonl));

@@ -193,3 +193,31 @@ fn export_of_several_sessions_to_a_file_name_is_refused() {
     let out = ok(&store, &["export", "s1", "--to", db.to_str().unwrap()]);
     assert!(out.starts_with("exported 1 session to"), "{out}");
 }
+
+/// `import DIR` of a plain folder of session files imports them all, in
+/// name order.
+#[test]
+fn import_of_a_plain_folder_imports_its_session_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = two_sessions(tmp.path());
+    let folder = tmp.path().join("folder");
+    std::fs::create_dir(&folder).unwrap();
+    let zst = folder.join("a.jsonl.zstd");
+    ok(
+        &src,
+        &["export", "s2", "--zstd", "--to", zst.to_str().unwrap()],
+    );
+    std::fs::write(folder.join("b.jsonl"), SESSION).unwrap();
+    std::fs::write(folder.join("notes.txt"), "not a session").unwrap();
+    let store = tmp.path().join("new");
+    let out = ok(&store, &["import", folder.to_str().unwrap()]);
+    assert_eq!(
+        out,
+        "imported s2: 8 events (0 closers)\nimported s1: 6 events (2 closers)\n"
+    );
+    // A folder with nothing to import says what it looked for.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let err = fail(&store, &["import", empty.to_str().unwrap()], 1);
+    assert!(err.contains("*.jsonl"), "{err}");
+}
