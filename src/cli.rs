@@ -110,6 +110,11 @@ enum Command {
         /// with a single session file).
         #[arg(long, value_name = "ID")]
         id: Option<String>,
+        /// Store each file's session under the file's name without
+        /// `.jsonl` / `.jsonl.zstd` (`foo.jsonl.zstd` is stored as `foo`),
+        /// so files that share a session id import side by side.
+        #[arg(long, conflicts_with = "id")]
+        id_from_filename: bool,
         /// Replace sessions that already exist (otherwise an error).
         #[arg(long)]
         replace: bool,
@@ -610,6 +615,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
         }
         Command::Import {
             id,
+            id_from_filename,
             replace,
             no_repair,
             quiet,
@@ -619,6 +625,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             &files,
             crate::transfer::ImportArgs {
                 id,
+                id_from_filename,
                 replace,
                 no_repair,
                 quiet,

@@ -71,6 +71,8 @@ impl Progress {
 pub struct ImportArgs {
     /// Store a single file's session under this id.
     pub id: Option<String>,
+    /// Store each file's session under its file name's stem.
+    pub id_from_filename: bool,
     /// Replace sessions that already exist.
     pub replace: bool,
     /// Keep an unclosed last turn open.
@@ -143,8 +145,38 @@ fn sources(paths: &[PathBuf]) -> Result<Vec<Source>, Failure> {
     Ok(out)
 }
 
+/// The id `--id-from-filename` gives a file's session: its name without
+/// `.zstd` / `.zst`, then without `.jsonl` / `.json`.
+fn id_from_file_name(path: &Path) -> Result<String, Failure> {
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        Failure::Usage(format!(
+            "{}: --id-from-filename needs a UTF-8 file name",
+            path.display()
+        ))
+    })?;
+    let stem = name
+        .strip_suffix(".zstd")
+        .or_else(|| name.strip_suffix(".zst"))
+        .unwrap_or(name);
+    let stem = stem
+        .strip_suffix(".jsonl")
+        .or_else(|| stem.strip_suffix(".json"))
+        .unwrap_or(stem);
+    Ok(stem.to_owned())
+}
+
+/// What to do when an imported session's id is already stored.
+const EXISTS_HINT: &str = "hint: `import --replace` overwrites it; `import --id ID FILE` (one file) or `import --id-from-filename` (the file's name is the id) stores it under another id";
+
 fn import_error(e: ImportError) -> (Failure, bool) {
     match e {
+        ImportError::Exists { path, id } => (
+            Failure::Invalid(format!(
+                "{}: session {id:?} already exists\n{EXISTS_HINT}",
+                path.display()
+            )),
+            false,
+        ),
         ImportError::Io { .. } => (Failure::Io(e.to_string()), false),
         ImportError::Store { ref source, .. }
             if matches!(
@@ -176,6 +208,21 @@ pub fn import(
             "`import --id ID` takes exactly one session file".into(),
         ));
     }
+    // The id of each session file, decided before anything is written.
+    let mut ids = Vec::with_capacity(sources.len());
+    for source in &sources {
+        ids.push(match source {
+            Source::Jsonl(path) if args.id_from_filename => Some(id_from_file_name(path)?),
+            Source::Jsonl(_) => args.id.clone(),
+            Source::Db(path) if args.id_from_filename => {
+                return Err(Failure::Usage(format!(
+                    "{}: --id-from-filename takes session files; a database's sessions keep their ids",
+                    path.display()
+                )));
+            }
+            Source::Db(_) => None,
+        });
+    }
     let store = open_writer(dir, true)?;
     let mut progress = Progress::new("import", sources.len() as u64, args.quiet);
     let mut worst: Option<Failure> = None;
@@ -187,13 +234,13 @@ pub fn import(
             *worst = Some(f);
         }
     };
-    for source in &sources {
+    for (source, id) in sources.iter().zip(ids) {
         match source {
             Source::Jsonl(path) => {
                 let opts = ImportOptions {
                     replace: args.replace,
                     repair: !args.no_repair,
-                    id: args.id.clone(),
+                    id,
                 };
                 match harness::import_file(&store, path, opts) {
                     Ok(r) => {
@@ -265,7 +312,13 @@ pub fn import(
                     progress.done(report.sessions.iter().map(|s| s.events).sum());
                 }
                 Err(e) => {
-                    note(Failure::Invalid(e.to_string()), &mut worst);
+                    let m = match e {
+                        sqlite::SqliteError::ExistsInStore { .. } => {
+                            format!("{e}\nhint: `import --replace` overwrites it")
+                        }
+                        e => e.to_string(),
+                    };
+                    note(Failure::Invalid(m), &mut worst);
                     progress.done(0);
                 }
             },

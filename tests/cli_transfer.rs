@@ -221,3 +221,40 @@ fn import_of_a_plain_folder_imports_its_session_files() {
     let err = fail(&store, &["import", empty.to_str().unwrap()], 1);
     assert!(err.contains("*.jsonl"), "{err}");
 }
+
+/// Files that share a session id: `--id-from-filename` stores each under
+/// its file's stem; the "already exists" error names both flags.
+#[test]
+fn id_from_filename_imports_files_that_share_an_id() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = two_sessions(tmp.path());
+    let x1 = tmp.path().join("x1.jsonl");
+    std::fs::write(&x1, SESSION).unwrap();
+    let x2 = tmp.path().join("x2.jsonl.zstd");
+    ok(
+        &src,
+        &["export", "s1", "--zstd", "--to", x2.to_str().unwrap()],
+    );
+    let store = tmp.path().join("new");
+    let (x1, x2) = (x1.to_str().unwrap(), x2.to_str().unwrap());
+    let err = fail(&store, &["import", x1, x2], 1);
+    assert!(
+        err.contains("already exists")
+            && err.contains("--replace")
+            && err.contains("--id-from-filename"),
+        "{err}"
+    );
+    let store = tmp.path().join("by-name");
+    let out = ok(&store, &["import", "--id-from-filename", x1, x2]);
+    assert_eq!(
+        out,
+        "imported x1: 6 events (2 closers)\nimported x2: 8 events (0 closers)\n"
+    );
+    let ls = ok(&store, &["ls"]);
+    assert!(ls.starts_with("x1\t5\t-\nx2\t5\t-\n"), "{ls}");
+    fail(
+        &store,
+        &["import", "--id-from-filename", "--id", "y", x1],
+        2,
+    );
+}
