@@ -462,6 +462,20 @@ pub(crate) fn store_err(e: store::Error) -> Failure {
         E::Poisoned(_) => {
             "a sync failed, so later writes are refused: reopen the store (run the command again)"
         }
+        E::Io { source, .. } if source.kind() == io::ErrorKind::PermissionDenied => {
+            "this user may not read or write that file: check its permissions and its directory's"
+        }
+        E::Io { source, .. }
+            if matches!(
+                source.kind(),
+                io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+            ) =>
+        {
+            "the disk (or the quota) is full: free some space and run the command again"
+        }
+        E::Io { source, .. } if source.kind() == io::ErrorKind::ReadOnlyFilesystem => {
+            "the file system is mounted read-only: read commands still work"
+        }
         E::Io { .. } | E::Manifest(M::Io { .. }) | E::Checkpoint { .. } => {
             "check the disk, permissions and free space"
         }
@@ -497,13 +511,44 @@ pub(crate) fn store_err(e: store::Error) -> Failure {
     }
 }
 
+/// Refuses a store path that is not a directory before the store is
+/// opened (opening it would fail with "Not a directory" and a hint about
+/// the disk).
+fn check_store_dir(dir: &Path) -> Result<(), Failure> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(Failure::Usage(format!(
+            "{} is a file; --store takes a store directory (`import` creates one in a new or empty directory)",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
 pub(crate) fn open_read_only(dir: &Path) -> Result<Store, Failure> {
+    check_store_dir(dir)?;
     Store::open_read_only(dir).map_err(store_err)
 }
 
-/// Opens the store for writing. Only `import` creates a store: the other
-/// write commands need an existing one.
+/// Opens the store for writing. Only `import` creates a store (in an
+/// existing directory, or a new one whose parent exists): the other write
+/// commands need an existing one.
 pub(crate) fn open_writer(dir: &Path, create: bool) -> Result<Store, Failure> {
+    check_store_dir(dir)?;
+    if create && !dir.exists() {
+        let parent = match dir.parent() {
+            Some(p) if p.as_os_str().is_empty() => Path::new("."),
+            Some(p) => p,
+            None => Path::new("/"),
+        };
+        if !parent.is_dir() {
+            return Err(Failure::Io(format!(
+                "cannot create the store {}: its parent directory {} does not exist\nhint: create it first (`mkdir -p {}`), or give another --store",
+                dir.display(),
+                parent.display(),
+                parent.display()
+            )));
+        }
+    }
     if !create && !dir.join(MANIFEST_FILE).is_file() {
         return Err(Failure::Io(format!(
             "{}: no store here (`import` creates one)",

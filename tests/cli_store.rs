@@ -848,3 +848,33 @@ fn counts_of_one_are_singular() {
         r.stderr
     );
 }
+
+/// A regular file given as the store, and a store whose parent directory
+/// is missing, get hints that say what to do (not "check the disk").
+#[test]
+fn a_file_as_store_and_a_missing_parent_say_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), "s1.jsonl", "s1", &BALANCED);
+    for args in [&["ls"][..], &["import", path_str(&file)], &["rm", "s1"]] {
+        let r = sl(&file, args);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(
+            r.stderr
+                .contains("is a file; --store takes a store directory"),
+            "{args:?}: {}",
+            r.stderr
+        );
+        assert!(!r.stderr.contains("check the disk"), "{}", r.stderr);
+    }
+    let parent = tmp.path().join("no").join("such");
+    let store = parent.join("store");
+    let r = sl(&store, &["import", path_str(&file)]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(path_str(&parent)) && r.stderr.contains("mkdir -p"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("check the disk"), "{}", r.stderr);
+    assert!(!parent.exists());
+}
