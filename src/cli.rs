@@ -18,7 +18,7 @@ use sessionlog::event::OwnedEvent;
 use sessionlog::header::SessionHeader;
 use sessionlog::manifest::MANIFEST_FILE;
 use sessionlog::store::{self, Options, Store};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -564,6 +564,45 @@ fn session_id(target: OsString) -> Result<String, Failure> {
         .map_err(|t| Failure::Usage(format!("session id {t:?} is not UTF-8")))
 }
 
+/// Refuses, in store mode, a `FILE|ID` target that names a file (an
+/// existing file, or a name ending in `.jsonl`, `.zstd` or `.zst`) and no
+/// stored session: reading a file is file mode, which needs no store.
+fn refuse_file_target(dir: &Path, command: &str, target: &OsStr) -> Result<(), Failure> {
+    let path = Path::new(target);
+    let names_file = path.is_file()
+        || path
+            .extension()
+            .is_some_and(|e| e == "jsonl" || e == "zstd" || e == "zst");
+    if !names_file {
+        return Ok(());
+    }
+    let stored = target
+        .to_str()
+        .is_some_and(|id| Store::open_read_only(dir).is_ok_and(|s| s.exists(id).unwrap_or(false)));
+    if stored {
+        return Ok(());
+    }
+    let flag = std::env::args_os()
+        .any(|a| a == "--store" || a.to_str().is_some_and(|a| a.starts_with("--store=")));
+    let env = std::env::var_os("SESSIONLOG_STORE").is_some();
+    let how = match (flag, env) {
+        (true, true) => format!(
+            "drop --store and unset SESSIONLOG_STORE (`env -u SESSIONLOG_STORE sessionlog {command} {}`)",
+            path.display()
+        ),
+        (true, false) => format!("drop --store (`sessionlog {command} {}`)", path.display()),
+        _ => format!(
+            "unset SESSIONLOG_STORE (`env -u SESSIONLOG_STORE sessionlog {command} {}`)",
+            path.display()
+        ),
+    };
+    Err(Failure::Usage(format!(
+        "{} is a file, not a session of the store {}: reading a file is file mode, which needs no store: {how}",
+        path.display(),
+        dir.display()
+    )))
+}
+
 fn sorted_ids(store: &Store) -> Result<Vec<String>, Failure> {
     Ok(store
         .list()
@@ -617,6 +656,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             }
         }
         Command::Cat { from, target } => {
+            refuse_file_target(dir, "cat", &target)?;
             let id = session_id(target)?;
             let store = open_read_only(dir)?;
             let events = store.read_from(&id, from.unwrap_or(0)).map_err(store_err)?;
@@ -624,12 +664,14 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             jsonl::write_session(out, &header, &events).map_err(io_err)
         }
         Command::Surface { target } => {
+            refuse_file_target(dir, "surface", &target)?;
             let id = session_id(target)?;
             let store = open_read_only(dir)?;
             let surface = store.surface(&id).map_err(store_err)?;
             writeln!(out, "{}", surface.to_json()).map_err(io_err)
         }
         Command::Derive { target } => {
+            refuse_file_target(dir, "derive", &target)?;
             let id = session_id(target)?;
             let store = open_read_only(dir)?;
             let derived = store.derive(&id).map_err(store_err)?;
@@ -643,6 +685,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             Ok(())
         }
         Command::Repair { dry_run, target } => {
+            refuse_file_target(dir, "repair --dry-run", &target)?;
             let id = session_id(target)?;
             if dry_run {
                 // A read-only store synthesises the closers in memory: they

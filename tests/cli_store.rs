@@ -878,3 +878,37 @@ fn a_file_as_store_and_a_missing_parent_say_what_to_do() {
     assert!(!r.stderr.contains("check the disk"), "{}", r.stderr);
     assert!(!parent.exists());
 }
+
+/// With `SESSIONLOG_STORE` set, a file given to `cat`, `surface` or
+/// `derive` says that file mode needs the variable unset.
+#[test]
+fn a_file_path_in_store_mode_says_to_unset_the_variable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), "s1.jsonl", "s1", &BALANCED);
+    let store = tmp.path().join("store");
+    ok(&store, &["import", path_str(&file)]);
+    let env_run = |args: &[&str]| {
+        run(Command::new(env!("CARGO_BIN_EXE_sessionlog"))
+            .env("SESSIONLOG_STORE", &store)
+            .args(args))
+    };
+    for cmd in ["cat", "surface", "derive"] {
+        for target in [path_str(&file), "missing.jsonl"] {
+            let r = env_run(&[cmd, target]);
+            assert_eq!(r.code, 2, "{cmd} {target}: {}", r.stderr);
+            assert!(
+                r.stderr.contains("unset SESSIONLOG_STORE"),
+                "{cmd} {target}: {}",
+                r.stderr
+            );
+        }
+    }
+    // With --store, and for repair, likewise.
+    let r = sl(&store, &["cat", path_str(&file)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("drop --store"), "{}", r.stderr);
+    let r = env_run(&["repair", "--dry-run", path_str(&file)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    // Session ids still work.
+    assert_eq!(env_run(&["cat", "s1"]).code, 0);
+}
