@@ -661,7 +661,23 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             let store = open_read_only(dir)?;
             let events = store.read_from(&id, from.unwrap_or(0)).map_err(store_err)?;
             let header = store.header(&id).map_err(store_err)?;
-            jsonl::write_session(out, &header, &events).map_err(io_err)
+            // A read-only store shows an open last turn closed: its last
+            // `recovery.closers` events are synthesised, not stored.
+            let closers = store.recovery(&id).map_or(0, |r| r.closers) as usize;
+            jsonl::write_session(out, &header, &events).map_err(io_err)?;
+            let shown = closers.min(events.len());
+            if shown > 0 {
+                out.flush().map_err(io_err)?;
+                let what = if shown == 1 {
+                    "the last event shown is a closer".to_owned()
+                } else {
+                    format!("the last {shown} events shown are closers")
+                };
+                eprintln!(
+                    "note: the last turn of {id:?} is open; {what} sessionlog synthesises, not stored; `repair {id}` stores them"
+                );
+            }
+            Ok(())
         }
         Command::Surface { target } => {
             refuse_file_target(dir, "surface", &target)?;

@@ -912,3 +912,46 @@ fn a_file_path_in_store_mode_says_to_unset_the_variable() {
     // Session ids still work.
     assert_eq!(env_run(&["cat", "s1"]).code, 0);
 }
+
+/// Writes a store holding session `open` with its last turn open and no
+/// closers stored (a writer that crashed mid-turn).
+fn store_with_an_open_turn(tmp: &Path) -> PathBuf {
+    let dir = tmp.join("store");
+    let file = write_session(tmp, "open.jsonl", "open", &OPEN);
+    let store = Store::open(&dir, Options::default()).unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+    let s = sessionlog::adapters::jsonl::read_session(&bytes, false).unwrap();
+    store.create(s.header.header.clone()).unwrap();
+    store.append("open", &s.events).unwrap();
+    store.close().unwrap();
+    dir
+}
+
+/// `cat` of a session whose last turn is open shows closers a read-only
+/// store synthesises: it says so on stderr.
+#[test]
+fn cat_of_an_open_turn_notes_the_synthesised_closers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = store_with_an_open_turn(tmp.path());
+    let r = sl(&dir, &["cat", "open"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_lines(&r.stdout).len(), 1 + 4 + 3);
+    assert!(
+        r.stderr.contains("the last 3 events shown are closers")
+            && r.stderr.contains("not stored")
+            && r.stderr.contains("`repair open`"),
+        "{}",
+        r.stderr
+    );
+    // From seq 5 on only two of them are shown.
+    let r = sl(&dir, &["cat", "open", "--from", "5"]);
+    assert!(
+        r.stderr.contains("the last 2 events shown are closers"),
+        "{}",
+        r.stderr
+    );
+    // Once stored, nothing to say.
+    ok(&dir, &["repair", "open"]);
+    let r = sl(&dir, &["cat", "open"]);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+}
