@@ -683,6 +683,10 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             refuse_file_target(dir, "surface", &target)?;
             let id = session_id(target)?;
             let store = open_read_only(dir)?;
+            // The surface alone may come from a checkpoint without reading
+            // the log; derive checks every record the checkpoint covered,
+            // so damage is refused as `cat`, `derive` and `stats` refuse it.
+            store.derive(&id).map_err(store_err)?;
             let surface = store.surface(&id).map_err(store_err)?;
             writeln!(out, "{}", surface.to_json()).map_err(io_err)
         }

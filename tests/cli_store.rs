@@ -955,3 +955,55 @@ fn cat_of_an_open_turn_notes_the_synthesised_closers() {
     let r = sl(&dir, &["cat", "open"]);
     assert_eq!((r.code, r.stderr.as_str()), (0, ""));
 }
+
+/// `surface` of a corrupt session fails as `cat`, `derive` and `stats` do,
+/// also when a checkpoint lets it skip reading the damaged sealed segment.
+#[test]
+fn surface_of_a_corrupt_session_fails_like_cat() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    {
+        // Small segments: the session spans several, the first sealed.
+        let opts = Options {
+            segment_size: 1024,
+            ..Options::default()
+        };
+        let store = Store::open(&dir, opts).unwrap();
+        store
+            .create(sessionlog::header::SessionHeader::new("a", 1000))
+            .unwrap();
+        let mut seq = 0;
+        for turn in 1..=40 {
+            let texts = [
+                format!(r#"{{"type":"turn/start","seq":{seq},"time":1,"data":{{"turn":{turn}}}}}"#),
+                format!(
+                    r#"{{"type":"user/message","seq":{},"time":1,"data":{{"content":[{{"type":"text","text":"hi {turn}"}}],"source":{{"kind":"user"}},"role":"user","id":"u{turn}"}},"surfaceOp":"append"}}"#,
+                    seq + 1
+                ),
+                format!(
+                    r#"{{"type":"turn/end","seq":{},"time":1,"data":{{"turn":{turn},"reason":{{"kind":"completed"}}}}}}"#,
+                    seq + 2
+                ),
+            ];
+            let batch: Vec<_> = texts
+                .iter()
+                .map(|j| sessionlog::event::Event::from_json(j).unwrap())
+                .collect();
+            store.append("a", &batch).unwrap();
+            seq += 3;
+        }
+        store.close().unwrap();
+    }
+    let segs = segment_files(&dir);
+    assert!(segs.len() > 1, "{segs:?}");
+    assert_eq!(ok(&dir, &["surface", "a"]).lines().count(), 1);
+    let mut bytes = std::fs::read(&segs[0]).unwrap();
+    bytes[100] ^= 0x55;
+    std::fs::write(&segs[0], &bytes).unwrap();
+    for cmd in ["cat", "derive", "stats", "surface"] {
+        let r = sl(&dir, &[cmd, "a"]);
+        assert_eq!(r.code, 1, "{cmd}: {}{}", r.stdout, r.stderr);
+        assert_eq!(r.stdout, "", "{cmd}");
+        assert!(r.stderr.contains("corrupt"), "{cmd}: {}", r.stderr);
+    }
+}
