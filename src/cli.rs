@@ -853,7 +853,12 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             };
             let mut header = SessionHeader::new(child.clone(), now_ms());
             header.cwd = parent.cwd.clone();
-            store.fork(&src, at, header).map_err(store_err)?;
+            store.fork(&src, at, header).map_err(|e| match e {
+                store::Error::Exists(_) => Failure::Invalid(format!(
+                    "{e}\nhint: choose another CHILD id; `rm {child}` first to replace it"
+                )),
+                e => store_err(e),
+            })?;
             writeln!(out, "forked {child} from {src} at {at}").map_err(io_err)?;
             store.close().map_err(store_err)
         }

@@ -1007,3 +1007,21 @@ fn surface_of_a_corrupt_session_fails_like_cat() {
         assert!(r.stderr.contains("corrupt"), "{cmd}: {}", r.stderr);
     }
 }
+
+/// A fork onto an existing id says what to do about a fork.
+#[test]
+fn fork_onto_an_existing_id_has_a_fork_hint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), "s1.jsonl", "s1", &BALANCED);
+    let store = tmp.path().join("store");
+    ok(&store, &["import", path_str(&file)]);
+    ok(&store, &["fork", "s1", "kid"]);
+    let r = sl(&store, &["fork", "s1", "kid"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("choose another CHILD id") && r.stderr.contains("`rm kid`"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("import --replace"), "{}", r.stderr);
+}
