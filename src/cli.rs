@@ -103,8 +103,9 @@ enum Command {
         target: OsString,
     },
     /// Store mode: import harness sessions: session files (`.jsonl`, plain
-    /// or with packed rows, or `.jsonl.zstd`), harness roots (directories),
-    /// and SQLite databases of schema 4 or 17 (`.db`).
+    /// or with packed rows, or `.jsonl.zstd`), directories (a folder's own
+    /// `*.jsonl` / `*.jsonl.zstd` files and harness roots), and SQLite
+    /// databases of schema 4 or 17 (`.db`).
     Import {
         /// Store the session under this id instead of the header's (only
         /// with a single session file).
@@ -124,7 +125,7 @@ enum Command {
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
-        /// Session files, harness roots or `.db` files.
+        /// Session files, folders of them, harness roots or `.db` files.
         #[arg(required = true, value_name = "PATH")]
         files: Vec<PathBuf>,
     },
@@ -141,8 +142,8 @@ enum Command {
         /// Export every session.
         #[arg(long, conflicts_with = "ids")]
         all: bool,
-        /// Where: a file, a directory (the harness root layout), a `.db`
-        /// file, or `-` for standard output (the default).
+        /// Where: a file (one session only), a directory (the harness root
+        /// layout), a `.db` file, or `-` for standard output (the default).
         #[arg(long, value_name = "FILE|DIR|-")]
         to: Option<PathBuf>,
         /// Pack runs of 3+ delta chunks into rows, as the harness writes.
@@ -160,7 +161,8 @@ enum Command {
         quiet: bool,
     },
     /// Store mode: list the sessions, one per line: id, createdAt,
-    /// parentSession (`-` when none), tab separated, sorted by id.
+    /// parentSession (`-` when none), tab separated, sorted by id; control
+    /// characters and backslashes in ids are escaped as in JSON.
     Ls {
         /// Print a JSON array of the session headers instead.
         #[arg(long)]
