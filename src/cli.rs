@@ -18,7 +18,7 @@ use sessionlog::event::OwnedEvent;
 use sessionlog::header::SessionHeader;
 use sessionlog::manifest::MANIFEST_FILE;
 use sessionlog::store::{self, Options, Store};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -103,13 +103,19 @@ enum Command {
         target: OsString,
     },
     /// Store mode: import harness sessions: session files (`.jsonl`, plain
-    /// or with packed rows, or `.jsonl.zstd`), harness roots (directories),
-    /// and SQLite databases of schema 4 or 17 (`.db`).
+    /// or with packed rows, or `.jsonl.zstd`), directories (a folder's own
+    /// `*.jsonl` / `*.jsonl.zstd` files and harness roots), and SQLite
+    /// databases of schema 4 or 17 (`.db`).
     Import {
         /// Store the session under this id instead of the header's (only
         /// with a single session file).
         #[arg(long, value_name = "ID")]
         id: Option<String>,
+        /// Store each file's session under the file's name without
+        /// `.jsonl` / `.jsonl.zstd` (`foo.jsonl.zstd` is stored as `foo`),
+        /// so files that share a session id import side by side.
+        #[arg(long, conflicts_with = "id")]
+        id_from_filename: bool,
         /// Replace sessions that already exist (otherwise an error).
         #[arg(long)]
         replace: bool,
@@ -119,7 +125,7 @@ enum Command {
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
-        /// Session files, harness roots or `.db` files.
+        /// Session files, folders of them, harness roots or `.db` files.
         #[arg(required = true, value_name = "PATH")]
         files: Vec<PathBuf>,
     },
@@ -136,8 +142,8 @@ enum Command {
         /// Export every session.
         #[arg(long, conflicts_with = "ids")]
         all: bool,
-        /// Where: a file, a directory (the harness root layout), a `.db`
-        /// file, or `-` for standard output (the default).
+        /// Where: a file (one session only), a directory (the harness root
+        /// layout), a `.db` file, or `-` for standard output (the default).
         #[arg(long, value_name = "FILE|DIR|-")]
         to: Option<PathBuf>,
         /// Pack runs of 3+ delta chunks into rows, as the harness writes.
@@ -155,7 +161,8 @@ enum Command {
         quiet: bool,
     },
     /// Store mode: list the sessions, one per line: id, createdAt,
-    /// parentSession (`-` when none), tab separated, sorted by id.
+    /// parentSession (`-` when none), tab separated, sorted by id; control
+    /// characters and backslashes in ids are escaped as in JSON.
     Ls {
         /// Print a JSON array of the session headers instead.
         #[arg(long)]
@@ -312,6 +319,38 @@ pub(crate) fn io_err(e: io::Error) -> Failure {
     Failure::Io(format!("writing output: {e}"))
 }
 
+/// `n` and the word, plural unless `n` is 1: "1 closer", "3 closers".
+pub(crate) fn plural(n: impl Into<u64>, word: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// A field of an `ls` row: backslash, tab, newline, carriage return and
+/// every other control character written as in JSON (`\\`, `\t`, `\n`,
+/// `\r`, `\u001b`), so a row stays one line of three tab-separated fields.
+fn escape_field(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(|c| c == '\\' || c.is_control()) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            // Control characters are all in the BMP: one \uXXXX each.
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 fn needs_store(command: &str) -> Failure {
     Failure::Usage(format!(
         "`{command}` works on a store: pass --store DIR or set SESSIONLOG_STORE"
@@ -425,6 +464,20 @@ pub(crate) fn store_err(e: store::Error) -> Failure {
         E::Poisoned(_) => {
             "a sync failed, so later writes are refused: reopen the store (run the command again)"
         }
+        E::Io { source, .. } if source.kind() == io::ErrorKind::PermissionDenied => {
+            "this user may not read or write that file: check its permissions and its directory's"
+        }
+        E::Io { source, .. }
+            if matches!(
+                source.kind(),
+                io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+            ) =>
+        {
+            "the disk (or the quota) is full: free some space and run the command again"
+        }
+        E::Io { source, .. } if source.kind() == io::ErrorKind::ReadOnlyFilesystem => {
+            "the file system is mounted read-only: read commands still work"
+        }
         E::Io { .. } | E::Manifest(M::Io { .. }) | E::Checkpoint { .. } => {
             "check the disk, permissions and free space"
         }
@@ -460,13 +513,44 @@ pub(crate) fn store_err(e: store::Error) -> Failure {
     }
 }
 
+/// Refuses a store path that is not a directory before the store is
+/// opened (opening it would fail with "Not a directory" and a hint about
+/// the disk).
+fn check_store_dir(dir: &Path) -> Result<(), Failure> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(Failure::Usage(format!(
+            "{} is a file; --store takes a store directory (`import` creates one in a new or empty directory)",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
 pub(crate) fn open_read_only(dir: &Path) -> Result<Store, Failure> {
+    check_store_dir(dir)?;
     Store::open_read_only(dir).map_err(store_err)
 }
 
-/// Opens the store for writing. Only `import` creates a store: the other
-/// write commands need an existing one.
+/// Opens the store for writing. Only `import` creates a store (in an
+/// existing directory, or a new one whose parent exists): the other write
+/// commands need an existing one.
 pub(crate) fn open_writer(dir: &Path, create: bool) -> Result<Store, Failure> {
+    check_store_dir(dir)?;
+    if create && !dir.exists() {
+        let parent = match dir.parent() {
+            Some(p) if p.as_os_str().is_empty() => Path::new("."),
+            Some(p) => p,
+            None => Path::new("/"),
+        };
+        if !parent.is_dir() {
+            return Err(Failure::Io(format!(
+                "cannot create the store {}: its parent directory {} does not exist\nhint: create it first (`mkdir -p {}`), or give another --store",
+                dir.display(),
+                parent.display(),
+                parent.display()
+            )));
+        }
+    }
     if !create && !dir.join(MANIFEST_FILE).is_file() {
         return Err(Failure::Io(format!(
             "{}: no store here (`import` creates one)",
@@ -480,6 +564,45 @@ fn session_id(target: OsString) -> Result<String, Failure> {
     target
         .into_string()
         .map_err(|t| Failure::Usage(format!("session id {t:?} is not UTF-8")))
+}
+
+/// Refuses, in store mode, a `FILE|ID` target that names a file (an
+/// existing file, or a name ending in `.jsonl`, `.zstd` or `.zst`) and no
+/// stored session: reading a file is file mode, which needs no store.
+fn refuse_file_target(dir: &Path, command: &str, target: &OsStr) -> Result<(), Failure> {
+    let path = Path::new(target);
+    let names_file = path.is_file()
+        || path
+            .extension()
+            .is_some_and(|e| e == "jsonl" || e == "zstd" || e == "zst");
+    if !names_file {
+        return Ok(());
+    }
+    let stored = target
+        .to_str()
+        .is_some_and(|id| Store::open_read_only(dir).is_ok_and(|s| s.exists(id).unwrap_or(false)));
+    if stored {
+        return Ok(());
+    }
+    let flag = std::env::args_os()
+        .any(|a| a == "--store" || a.to_str().is_some_and(|a| a.starts_with("--store=")));
+    let env = std::env::var_os("SESSIONLOG_STORE").is_some();
+    let how = match (flag, env) {
+        (true, true) => format!(
+            "drop --store and unset SESSIONLOG_STORE (`env -u SESSIONLOG_STORE sessionlog {command} {}`)",
+            path.display()
+        ),
+        (true, false) => format!("drop --store (`sessionlog {command} {}`)", path.display()),
+        _ => format!(
+            "unset SESSIONLOG_STORE (`env -u SESSIONLOG_STORE sessionlog {command} {}`)",
+            path.display()
+        ),
+    };
+    Err(Failure::Usage(format!(
+        "{} is a file, not a session of the store {}: reading a file is file mode, which needs no store: {how}",
+        path.display(),
+        dir.display()
+    )))
 }
 
 fn sorted_ids(store: &Store) -> Result<Vec<String>, Failure> {
@@ -535,19 +658,42 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             }
         }
         Command::Cat { from, target } => {
+            refuse_file_target(dir, "cat", &target)?;
             let id = session_id(target)?;
             let store = open_read_only(dir)?;
             let events = store.read_from(&id, from.unwrap_or(0)).map_err(store_err)?;
             let header = store.header(&id).map_err(store_err)?;
-            jsonl::write_session(out, &header, &events).map_err(io_err)
+            // A read-only store shows an open last turn closed: its last
+            // `recovery.closers` events are synthesised, not stored.
+            let closers = store.recovery(&id).map_or(0, |r| r.closers) as usize;
+            jsonl::write_session(out, &header, &events).map_err(io_err)?;
+            let shown = closers.min(events.len());
+            if shown > 0 {
+                out.flush().map_err(io_err)?;
+                let what = if shown == 1 {
+                    "the last event shown is a closer".to_owned()
+                } else {
+                    format!("the last {shown} events shown are closers")
+                };
+                eprintln!(
+                    "note: the last turn of {id:?} is open; {what} sessionlog synthesises, not stored; `repair {id}` stores them"
+                );
+            }
+            Ok(())
         }
         Command::Surface { target } => {
+            refuse_file_target(dir, "surface", &target)?;
             let id = session_id(target)?;
             let store = open_read_only(dir)?;
+            // The surface alone may come from a checkpoint without reading
+            // the log; derive checks every record the checkpoint covered,
+            // so damage is refused as `cat`, `derive` and `stats` refuse it.
+            store.derive(&id).map_err(store_err)?;
             let surface = store.surface(&id).map_err(store_err)?;
             writeln!(out, "{}", surface.to_json()).map_err(io_err)
         }
         Command::Derive { target } => {
+            refuse_file_target(dir, "derive", &target)?;
             let id = session_id(target)?;
             let store = open_read_only(dir)?;
             let derived = store.derive(&id).map_err(store_err)?;
@@ -561,6 +707,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             Ok(())
         }
         Command::Repair { dry_run, target } => {
+            refuse_file_target(dir, "repair --dry-run", &target)?;
             let id = session_id(target)?;
             if dry_run {
                 // A read-only store synthesises the closers in memory: they
@@ -578,6 +725,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
         }
         Command::Import {
             id,
+            id_from_filename,
             replace,
             no_repair,
             quiet,
@@ -587,6 +735,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             &files,
             crate::transfer::ImportArgs {
                 id,
+                id_from_filename,
                 replace,
                 no_repair,
                 quiet,
@@ -632,9 +781,9 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
                 writeln!(
                     out,
                     "{}\t{}\t{}",
-                    h.id,
+                    escape_field(&h.id),
                     h.created_at,
-                    h.parent_session.as_deref().unwrap_or("-")
+                    h.parent_session.as_deref().map_or("-".into(), escape_field)
                 )
                 .map_err(io_err)?;
             }
@@ -677,16 +826,16 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             match worst {
                 None => Ok(()),
                 Some(f) if ids.len() == 1 => Err(f),
-                Some(f) => Err(match f {
-                    Failure::Io(_) => Failure::Io(format!(
-                        "{failed} of {} sessions failed verification",
-                        ids.len()
-                    )),
-                    _ => Failure::Invalid(format!(
-                        "{failed} of {} sessions failed verification",
-                        ids.len()
-                    )),
-                }),
+                Some(f) => {
+                    let m = format!(
+                        "{failed} of {} failed verification",
+                        plural(ids.len() as u64, "session")
+                    );
+                    Err(match f {
+                        Failure::Io(_) => Failure::Io(m),
+                        _ => Failure::Invalid(m),
+                    })
+                }
             }
         }
         Command::Fork { src, child, at } => {
@@ -697,7 +846,8 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             let at = match at {
                 Some(n) if n > len => {
                     return Err(Failure::Invalid(format!(
-                        "fork {src:?} at {n}: the session has only {len} events"
+                        "fork {src:?} at {n}: the session has only {}",
+                        plural(len, "event")
                     )));
                 }
                 Some(n) => n,
@@ -705,7 +855,12 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             };
             let mut header = SessionHeader::new(child.clone(), now_ms());
             header.cwd = parent.cwd.clone();
-            store.fork(&src, at, header).map_err(store_err)?;
+            store.fork(&src, at, header).map_err(|e| match e {
+                store::Error::Exists(_) => Failure::Invalid(format!(
+                    "{e}\nhint: choose another CHILD id; `rm {child}` first to replace it"
+                )),
+                e => store_err(e),
+            })?;
             writeln!(out, "forked {child} from {src} at {at}").map_err(io_err)?;
             store.close().map_err(store_err)
         }

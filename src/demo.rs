@@ -76,7 +76,8 @@ pub fn run(dir: &Path, out: &mut impl Write) -> Result<(), String> {
     let shared = shared_segments(&dir.join("sessions"), "demo-00", "demo-00-subagent");
     writeln!(
         out,
-        "   forked demo-00 at seq 1000 into demo-00-subagent: {shared} sealed segments hard-linked, not copied"
+        "   forked demo-00 at seq 1000 into demo-00-subagent: {} hard-linked, not copied",
+        crate::cli::plural(shared as u64, "sealed segment")
     )
     .map_err(|e| err(&e))?;
     store.close().map_err(|e| err(&e))?;
@@ -92,8 +93,8 @@ pub fn run(dir: &Path, out: &mut impl Write) -> Result<(), String> {
     let closers = store.repair(CRASHED).map_err(|e| err(&e))?;
     writeln!(
         out,
-        "3. reopened: recovery appended {} closers to {CRASHED}:",
-        closers.len()
+        "3. reopened: recovery appended {} to {CRASHED}:",
+        crate::cli::plural(closers.len() as u64, "closer")
     )
     .map_err(|e| err(&e))?;
     for c in &closers {
@@ -153,8 +154,8 @@ pub fn run(dir: &Path, out: &mut impl Write) -> Result<(), String> {
     sessionlog::adapters::sqlite::export_db(&store, &ids, &db).map_err(|e| err(&e))?;
     writeln!(
         out,
-        "   exported all {} sessions to the harness's SQLite schema 4: {}",
-        ids.len(),
+        "   exported all {} to the harness's SQLite schema 4: {}",
+        crate::cli::plural(ids.len() as u64, "session"),
         db.display()
     )
     .map_err(|e| err(&e))?;

@@ -2,7 +2,7 @@
 //! formats (JSONL plain, packed or zstd, harness roots in both layouts,
 //! SQLite schema 4 and 17), with progress bars on a terminal.
 
-use crate::cli::{Failure, io_err, open_read_only, open_writer, store_err};
+use crate::cli::{Failure, io_err, open_read_only, open_writer, plural, store_err};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sessionlog::adapters::harness::{self, ExportOptions, ImportError, ImportOptions};
 use sessionlog::adapters::{sqlite, sqlite_export, sqlite17};
@@ -71,6 +71,8 @@ impl Progress {
 pub struct ImportArgs {
     /// Store a single file's session under this id.
     pub id: Option<String>,
+    /// Store each file's session under its file name's stem.
+    pub id_from_filename: bool,
     /// Replace sessions that already exist.
     pub replace: bool,
     /// Keep an unclosed last turn open.
@@ -89,19 +91,48 @@ fn is_db(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "db" || e == "sqlite")
 }
 
-/// Expands the paths: a directory is a harness root (every session file in
-/// any of its layouts), a `.db` file a SQLite database (schema 4 or 17), anything
-/// else one session file.
+/// Whether a file name is a session file's: `*.jsonl` or `*.jsonl.zstd`.
+fn is_session_file_name(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(".jsonl") || n.ends_with(".jsonl.zstd"))
+}
+
+/// The session files directly in a plain folder (`*.jsonl`,
+/// `*.jsonl.zstd`; symbolic links to files included).
+fn plain_session_files(dir: &Path) -> Result<Vec<PathBuf>, Failure> {
+    let mut found = Vec::new();
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| Failure::Io(format!("{}: {e}", dir.display())))?;
+    for entry in entries {
+        let path = entry
+            .map_err(|e| Failure::Io(format!("{}: {e}", dir.display())))?
+            .path();
+        if is_session_file_name(&path) && path.is_file() {
+            found.push(path);
+        }
+    }
+    Ok(found)
+}
+
+/// Expands the paths: a directory is a plain folder of session files
+/// (its own `*.jsonl` and `*.jsonl.zstd`) and a harness root (every session
+/// file in any of its layouts), all in path order; a `.db` file a SQLite
+/// database (schema 4 or 17), anything else one session file.
 fn sources(paths: &[PathBuf]) -> Result<Vec<Source>, Failure> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let found = harness::find_sessions(p)
+            let mut found = harness::find_sessions(p)
                 .map_err(|e| Failure::Io(format!("{}: {e}", p.display())))?;
+            found.extend(plain_session_files(p)?);
+            found.sort();
+            found.dedup();
             if found.is_empty() {
                 return Err(Failure::Invalid(format!(
-                    "{}: no harness session files found (looked for cwd-*/ID.jsonl, _no-cwd/ID.jsonl and PROJECT/ID/session.jsonl[.zstd])",
-                    p.display()
+                    "{}: no session files found (looked for {dir}/*.jsonl, {dir}/*.jsonl.zstd and the harness root layouts cwd-*/ID.jsonl, _no-cwd/ID.jsonl and PROJECT/ID/session.jsonl[.zstd]); name the files instead: `import FILE...`",
+                    p.display(),
+                    dir = p.display()
                 )));
             }
             out.extend(found.into_iter().map(Source::Jsonl));
@@ -114,8 +145,38 @@ fn sources(paths: &[PathBuf]) -> Result<Vec<Source>, Failure> {
     Ok(out)
 }
 
+/// The id `--id-from-filename` gives a file's session: its name without
+/// `.zstd` / `.zst`, then without `.jsonl` / `.json`.
+fn id_from_file_name(path: &Path) -> Result<String, Failure> {
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        Failure::Usage(format!(
+            "{}: --id-from-filename needs a UTF-8 file name",
+            path.display()
+        ))
+    })?;
+    let stem = name
+        .strip_suffix(".zstd")
+        .or_else(|| name.strip_suffix(".zst"))
+        .unwrap_or(name);
+    let stem = stem
+        .strip_suffix(".jsonl")
+        .or_else(|| stem.strip_suffix(".json"))
+        .unwrap_or(stem);
+    Ok(stem.to_owned())
+}
+
+/// What to do when an imported session's id is already stored.
+const EXISTS_HINT: &str = "hint: `import --replace` overwrites it; `import --id ID FILE` (one file) or `import --id-from-filename` (the file's name is the id) stores it under another id";
+
 fn import_error(e: ImportError) -> (Failure, bool) {
     match e {
+        ImportError::Exists { path, id } => (
+            Failure::Invalid(format!(
+                "{}: session {id:?} already exists\n{EXISTS_HINT}",
+                path.display()
+            )),
+            false,
+        ),
         ImportError::Io { .. } => (Failure::Io(e.to_string()), false),
         ImportError::Store { ref source, .. }
             if matches!(
@@ -147,6 +208,21 @@ pub fn import(
             "`import --id ID` takes exactly one session file".into(),
         ));
     }
+    // The id of each session file, decided before anything is written.
+    let mut ids = Vec::with_capacity(sources.len());
+    for source in &sources {
+        ids.push(match source {
+            Source::Jsonl(path) if args.id_from_filename => Some(id_from_file_name(path)?),
+            Source::Jsonl(_) => args.id.clone(),
+            Source::Db(path) if args.id_from_filename => {
+                return Err(Failure::Usage(format!(
+                    "{}: --id-from-filename takes session files; a database's sessions keep their ids",
+                    path.display()
+                )));
+            }
+            Source::Db(_) => None,
+        });
+    }
     let store = open_writer(dir, true)?;
     let mut progress = Progress::new("import", sources.len() as u64, args.quiet);
     let mut worst: Option<Failure> = None;
@@ -158,13 +234,13 @@ pub fn import(
             *worst = Some(f);
         }
     };
-    for source in &sources {
+    for (source, id) in sources.iter().zip(ids) {
         match source {
             Source::Jsonl(path) => {
                 let opts = ImportOptions {
                     replace: args.replace,
                     repair: !args.no_repair,
-                    id: args.id.clone(),
+                    id,
                 };
                 match harness::import_file(&store, path, opts) {
                     Ok(r) => {
@@ -184,15 +260,16 @@ pub fn import(
                         }
                         let line = if r.left_open {
                             format!(
-                                "imported {}: {} events (last turn left open)",
-                                r.id, r.events
+                                "imported {}: {} (last turn left open)",
+                                r.id,
+                                plural(r.events, "event")
                             )
                         } else {
                             format!(
-                                "imported {}: {} events ({} closers)",
+                                "imported {}: {} ({})",
                                 r.id,
-                                r.events,
-                                r.closers.len()
+                                plural(r.events, "event"),
+                                plural(r.closers.len() as u64, "closer")
                             )
                         };
                         progress.println(out, &line)?;
@@ -205,7 +282,8 @@ pub fn import(
                             progress.finish();
                             let _ = store.close();
                             return Err(Failure::Io(format!(
-                                "import stopped after {failed} failed file(s)"
+                                "import stopped after {}",
+                                plural(failed as u64, "failed source")
                             )));
                         }
                         progress.done(0);
@@ -223,10 +301,10 @@ pub fn import(
                             );
                         }
                         let line = format!(
-                            "imported {}: {} events ({} closers) from {}",
+                            "imported {}: {} ({}) from {}",
                             s.id,
-                            s.events,
-                            s.closers,
+                            plural(s.events, "event"),
+                            plural(s.closers, "closer"),
                             path.display()
                         );
                         progress.println(out, &line)?;
@@ -234,7 +312,13 @@ pub fn import(
                     progress.done(report.sessions.iter().map(|s| s.events).sum());
                 }
                 Err(e) => {
-                    note(Failure::Invalid(e.to_string()), &mut worst);
+                    let m = match e {
+                        sqlite::SqliteError::ExistsInStore { .. } => {
+                            format!("{e}\nhint: `import --replace` overwrites it")
+                        }
+                        e => e.to_string(),
+                    };
+                    note(Failure::Invalid(m), &mut worst);
                     progress.done(0);
                 }
             },
@@ -245,7 +329,10 @@ pub fn import(
     match worst {
         None => Ok(()),
         Some(f) => {
-            let m = format!("{failed} of {} sources were not imported", sources.len());
+            let m = format!(
+                "{failed} of {} not imported",
+                plural(sources.len() as u64, "source")
+            );
             Err(match f {
                 Failure::Io(_) => Failure::Io(m),
                 _ => Failure::Invalid(m),
@@ -270,6 +357,13 @@ pub struct ExportArgs {
     pub schema: Option<i64>,
     /// No progress bar.
     pub quiet: bool,
+}
+
+/// Whether a path that does not exist yet names a session file by its
+/// extension (`.jsonl`, `.json`, `.zstd`, `.zst`) rather than a directory.
+fn names_a_file(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e == "jsonl" || e == "json" || e == "zstd" || e == "zst")
 }
 
 /// `sessionlog --store DIR export ID... | --all [--to FILE|DIR|-]`.
@@ -302,6 +396,28 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
         zstd: args.zstd,
     };
     let to = args.to.filter(|p| p.as_os_str() != "-");
+    if let Some(path) = &to {
+        // Several sessions go into a directory (a harness root) or a `.db`;
+        // a path naming a file is refused, never made a directory.
+        if ids.len() > 1 && !is_db(path) && !path.is_dir() && (path.exists() || names_a_file(path))
+        {
+            return Err(Failure::Usage(format!(
+                "{}: {} do not fit in one {}: give a directory (`--to DIR` writes a harness root, created if missing) or one session (`export ID --to FILE`)",
+                path.display(),
+                plural(ids.len() as u64, "session"),
+                if path.exists() {
+                    "file"
+                } else {
+                    "session file"
+                }
+            )));
+        }
+        if ids.is_empty() && !is_db(path) && !path.is_dir() {
+            return Err(Failure::Invalid(
+                "the store holds no sessions to export".into(),
+            ));
+        }
+    }
     let mut progress = Progress::new("export", ids.len() as u64, args.quiet || to.is_none());
     let export_err = |e: harness::ExportError| match e {
         harness::ExportError::Store(e) => store_err(e),
@@ -323,8 +439,13 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
                 }
                 e => Failure::Invalid(e.to_string()),
             })?;
-            writeln!(out, "exported {} sessions to {}", ids.len(), path.display())
-                .map_err(io_err)?;
+            writeln!(
+                out,
+                "exported {} to {}",
+                plural(ids.len() as u64, "session"),
+                path.display()
+            )
+            .map_err(io_err)?;
         }
         Some(path) if path.is_dir() || ids.len() > 1 => {
             // A harness root the harness can load: its current default
@@ -349,9 +470,9 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
                 .map_err(|e| Failure::Io(format!("{}: {e}", path.display())))?;
             writeln!(
                 out,
-                "exported {} ({} events) to {}",
+                "exported {} ({}) to {}",
                 ids[0],
-                r.events,
+                plural(r.events, "event"),
                 path.display()
             )
             .map_err(io_err)?;

@@ -104,7 +104,7 @@ const OPEN: [&str; 4] = [
 
 /// Writes a session file: the header (with `id`), then the lines.
 fn write_session(dir: &Path, name: &str, id: &str, lines: &[&str]) -> PathBuf {
-    let mut text = HEADER.replace("\"s1\"", &format!("{id:?}"));
+    let mut text = HEADER.replace("\"s1\"", &Value::from(id).to_string());
     text.push('\n');
     for l in lines {
         text.push_str(l);
@@ -412,7 +412,7 @@ fn import_of_a_bad_file_fails_and_stores_nothing_of_it() {
     assert_eq!(json_lines(&ok(&store, &["cat", "good"])).len(), 7);
     // ... unless it is imported under another id.
     let out = ok(&store, &["import", "--id", "good2", path_str(&again)]);
-    assert_eq!(out, "imported good2: 2 events (1 closers)\n");
+    assert_eq!(out, "imported good2: 2 events (1 closer)\n");
     assert_eq!(json_lines(&ok(&store, &["cat", "good2"]))[0]["id"], "good2");
 }
 
@@ -571,9 +571,11 @@ fn imported_fixtures_read_back_as_in_file_mode() {
         assert_eq!(
             out,
             format!(
-                "imported {id}: {} events ({} closers)\n",
+                "imported {id}: {} event{} ({} closer{})\n",
                 want.len() - 1,
-                closers.len()
+                if want.len() == 2 { "" } else { "s" },
+                closers.len(),
+                if closers.len() == 1 { "" } else { "s" }
             ),
             "{name}"
         );
@@ -783,4 +785,243 @@ fn manifest_errors_exit_1_with_what_is_wrong() {
     let r = sl(&tmp.path().join("nowhere"), &["ls"]);
     assert_eq!(r.code, 3, "{}", r.stderr);
     assert!(r.stderr.contains("import"), "{}", r.stderr);
+}
+
+// ---------------------------------------------------------------------------
+// Issue 16: what a new user expects of the CLI
+// ---------------------------------------------------------------------------
+
+/// `ls` escapes ids holding newlines, tabs, control characters or
+/// backslashes (JSON-style), so each row stays one line; `--json` is raw.
+#[test]
+fn ls_escapes_ids_so_each_row_stays_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let odd = "a\tb\nc\\d\u{1b}e";
+    let file = write_session(tmp.path(), "odd.jsonl", odd, &BALANCED);
+    let store = tmp.path().join("store");
+    ok(&store, &["import", path_str(&file)]);
+    ok(&store, &["fork", odd, "kid"]);
+    let ls = ok(&store, &["ls"]);
+    let lines: Vec<&str> = ls.lines().collect();
+    assert_eq!(lines.len(), 2, "{ls:?}");
+    assert_eq!(lines[0], "a\\tb\\nc\\\\d\\u001be\t1000\t-", "{ls:?}");
+    assert!(lines[1].starts_with("kid\t"), "{ls:?}");
+    assert!(lines[1].ends_with("\ta\\tb\\nc\\\\d\\u001be"), "{ls:?}");
+    assert_eq!(lines[1].split('\t').count(), 3, "{ls:?}");
+    // --json keeps the ids as they are.
+    let json: Value = serde_json::from_str(&ok(&store, &["ls", "--json"])).unwrap();
+    assert_eq!(json[0]["id"], odd);
+    assert_eq!(json[1]["parentSession"], odd);
+}
+
+/// "1 event", "1 closer": no "1 closers".
+#[test]
+fn counts_of_one_are_singular() {
+    let tmp = tempfile::tempdir().unwrap();
+    let one = write_session(tmp.path(), "one.jsonl", "one", &BALANCED[..1]);
+    let two = write_session(tmp.path(), "two.jsonl", "two", &BALANCED[..2]);
+    let store = tmp.path().join("store");
+    assert_eq!(
+        ok(&store, &["import", path_str(&one)]),
+        "imported one: 1 event (0 closers)\n"
+    );
+    assert_eq!(
+        ok(&store, &["import", path_str(&two)]),
+        "imported two: 2 events (1 closer)\n"
+    );
+    let r = sl(&store, &["fork", "one", "x", "--at", "5"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("the session has only 1 event\n")
+            || r.stderr.ends_with("the session has only 1 event"),
+        "{}",
+        r.stderr
+    );
+    // One bad file of one.
+    let bad = tmp.path().join("bad.jsonl");
+    std::fs::write(&bad, "not json\n").unwrap();
+    let r = sl(&store, &["import", path_str(&bad)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("1 of 1 source not imported"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// A regular file given as the store, and a store whose parent directory
+/// is missing, get hints that say what to do (not "check the disk").
+#[test]
+fn a_file_as_store_and_a_missing_parent_say_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), "s1.jsonl", "s1", &BALANCED);
+    for args in [&["ls"][..], &["import", path_str(&file)], &["rm", "s1"]] {
+        let r = sl(&file, args);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(
+            r.stderr
+                .contains("is a file; --store takes a store directory"),
+            "{args:?}: {}",
+            r.stderr
+        );
+        assert!(!r.stderr.contains("check the disk"), "{}", r.stderr);
+    }
+    let parent = tmp.path().join("no").join("such");
+    let store = parent.join("store");
+    let r = sl(&store, &["import", path_str(&file)]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(path_str(&parent)) && r.stderr.contains("mkdir -p"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("check the disk"), "{}", r.stderr);
+    assert!(!parent.exists());
+}
+
+/// With `SESSIONLOG_STORE` set, a file given to `cat`, `surface` or
+/// `derive` says that file mode needs the variable unset.
+#[test]
+fn a_file_path_in_store_mode_says_to_unset_the_variable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), "s1.jsonl", "s1", &BALANCED);
+    let store = tmp.path().join("store");
+    ok(&store, &["import", path_str(&file)]);
+    let env_run = |args: &[&str]| {
+        run(Command::new(env!("CARGO_BIN_EXE_sessionlog"))
+            .env("SESSIONLOG_STORE", &store)
+            .args(args))
+    };
+    for cmd in ["cat", "surface", "derive"] {
+        for target in [path_str(&file), "missing.jsonl"] {
+            let r = env_run(&[cmd, target]);
+            assert_eq!(r.code, 2, "{cmd} {target}: {}", r.stderr);
+            assert!(
+                r.stderr.contains("unset SESSIONLOG_STORE"),
+                "{cmd} {target}: {}",
+                r.stderr
+            );
+        }
+    }
+    // With --store, and for repair, likewise.
+    let r = sl(&store, &["cat", path_str(&file)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("drop --store"), "{}", r.stderr);
+    let r = env_run(&["repair", "--dry-run", path_str(&file)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    // Session ids still work.
+    assert_eq!(env_run(&["cat", "s1"]).code, 0);
+}
+
+/// Writes a store holding session `open` with its last turn open and no
+/// closers stored (a writer that crashed mid-turn).
+fn store_with_an_open_turn(tmp: &Path) -> PathBuf {
+    let dir = tmp.join("store");
+    let file = write_session(tmp, "open.jsonl", "open", &OPEN);
+    let store = Store::open(&dir, Options::default()).unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+    let s = sessionlog::adapters::jsonl::read_session(&bytes, false).unwrap();
+    store.create(s.header.header.clone()).unwrap();
+    store.append("open", &s.events).unwrap();
+    store.close().unwrap();
+    dir
+}
+
+/// `cat` of a session whose last turn is open shows closers a read-only
+/// store synthesises: it says so on stderr.
+#[test]
+fn cat_of_an_open_turn_notes_the_synthesised_closers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = store_with_an_open_turn(tmp.path());
+    let r = sl(&dir, &["cat", "open"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(json_lines(&r.stdout).len(), 1 + 4 + 3);
+    assert!(
+        r.stderr.contains("the last 3 events shown are closers")
+            && r.stderr.contains("not stored")
+            && r.stderr.contains("`repair open`"),
+        "{}",
+        r.stderr
+    );
+    // From seq 5 on only two of them are shown.
+    let r = sl(&dir, &["cat", "open", "--from", "5"]);
+    assert!(
+        r.stderr.contains("the last 2 events shown are closers"),
+        "{}",
+        r.stderr
+    );
+    // Once stored, nothing to say.
+    ok(&dir, &["repair", "open"]);
+    let r = sl(&dir, &["cat", "open"]);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+}
+
+/// `surface` of a corrupt session fails as `cat`, `derive` and `stats` do,
+/// also when a checkpoint lets it skip reading the damaged sealed segment.
+#[test]
+fn surface_of_a_corrupt_session_fails_like_cat() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    {
+        // Small segments: the session spans several, the first sealed.
+        let opts = Options {
+            segment_size: 1024,
+            ..Options::default()
+        };
+        let store = Store::open(&dir, opts).unwrap();
+        store
+            .create(sessionlog::header::SessionHeader::new("a", 1000))
+            .unwrap();
+        let mut seq = 0;
+        for turn in 1..=40 {
+            let texts = [
+                format!(r#"{{"type":"turn/start","seq":{seq},"time":1,"data":{{"turn":{turn}}}}}"#),
+                format!(
+                    r#"{{"type":"user/message","seq":{},"time":1,"data":{{"content":[{{"type":"text","text":"hi {turn}"}}],"source":{{"kind":"user"}},"role":"user","id":"u{turn}"}},"surfaceOp":"append"}}"#,
+                    seq + 1
+                ),
+                format!(
+                    r#"{{"type":"turn/end","seq":{},"time":1,"data":{{"turn":{turn},"reason":{{"kind":"completed"}}}}}}"#,
+                    seq + 2
+                ),
+            ];
+            let batch: Vec<_> = texts
+                .iter()
+                .map(|j| sessionlog::event::Event::from_json(j).unwrap())
+                .collect();
+            store.append("a", &batch).unwrap();
+            seq += 3;
+        }
+        store.close().unwrap();
+    }
+    let segs = segment_files(&dir);
+    assert!(segs.len() > 1, "{segs:?}");
+    assert_eq!(ok(&dir, &["surface", "a"]).lines().count(), 1);
+    let mut bytes = std::fs::read(&segs[0]).unwrap();
+    bytes[100] ^= 0x55;
+    std::fs::write(&segs[0], &bytes).unwrap();
+    for cmd in ["cat", "derive", "stats", "surface"] {
+        let r = sl(&dir, &[cmd, "a"]);
+        assert_eq!(r.code, 1, "{cmd}: {}{}", r.stdout, r.stderr);
+        assert_eq!(r.stdout, "", "{cmd}");
+        assert!(r.stderr.contains("corrupt"), "{cmd}: {}", r.stderr);
+    }
+}
+
+/// A fork onto an existing id says what to do about a fork.
+#[test]
+fn fork_onto_an_existing_id_has_a_fork_hint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = write_session(tmp.path(), "s1.jsonl", "s1", &BALANCED);
+    let store = tmp.path().join("store");
+    ok(&store, &["import", path_str(&file)]);
+    ok(&store, &["fork", "s1", "kid"]);
+    let r = sl(&store, &["fork", "s1", "kid"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("choose another CHILD id") && r.stderr.contains("`rm kid`"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("import --replace"), "{}", r.stderr);
 }

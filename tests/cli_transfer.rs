@@ -119,3 +119,142 @@ fn a_corrupt_file_names_file_line_and_seq_and_imports_nothing() {
     );
     assert_eq!(ok(&store, &["ls"]), "");
 }
+
+/// Runs, requires exit `code`; returns stderr.
+fn fail(store: &Path, args: &[&str], code: i32) -> String {
+    let out = run(store, args);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// A store holding `s1` and `s2` (both SESSION).
+fn two_sessions(tmp: &Path) -> std::path::PathBuf {
+    let store = tmp.join("store");
+    let file = tmp.join("s1.jsonl");
+    std::fs::write(&file, SESSION).unwrap();
+    ok(&store, &["import", file.to_str().unwrap()]);
+    ok(&store, &["import", "--id", "s2", file.to_str().unwrap()]);
+    store
+}
+
+/// Several sessions to a path that names a file are refused (exit 2),
+/// never written as a directory of that name.
+#[test]
+fn export_of_several_sessions_to_a_file_name_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = two_sessions(tmp.path());
+    for name in ["two.jsonl", "two.jsonl.zstd", "two.zstd"] {
+        let to = tmp.path().join(name);
+        let err = fail(
+            &store,
+            &["export", "s1", "s2", "--to", to.to_str().unwrap()],
+            2,
+        );
+        assert!(
+            err.contains("give a directory") && err.contains("one session"),
+            "{err}"
+        );
+        assert!(!to.exists(), "{name} was created");
+        let err = fail(
+            &store,
+            &["export", "--all", "--to", to.to_str().unwrap()],
+            2,
+        );
+        assert!(err.contains("give a directory"), "{err}");
+        assert!(!to.exists(), "{name} was created");
+    }
+    // An existing regular file is no directory either.
+    let file = tmp.path().join("s1.jsonl");
+    let err = fail(
+        &store,
+        &["export", "--all", "--to", file.to_str().unwrap()],
+        2,
+    );
+    assert!(err.contains("give a directory"), "{err}");
+    // One session to that name is a file; a new name without a file
+    // extension is a harness root.
+    let one = tmp.path().join("one.jsonl");
+    let out = ok(&store, &["export", "s1", "--to", one.to_str().unwrap()]);
+    assert!(out.contains("exported s1 (8 events) to"), "{out}");
+    assert!(one.is_file());
+    let root = tmp.path().join("root");
+    ok(
+        &store,
+        &["export", "s1", "s2", "--to", root.to_str().unwrap()],
+    );
+    assert!(root.is_dir());
+    let db = tmp.path().join("one.db");
+    let out = ok(&store, &["export", "s1", "--to", db.to_str().unwrap()]);
+    assert!(out.starts_with("exported 1 session to"), "{out}");
+}
+
+/// `import DIR` of a plain folder of session files imports them all, in
+/// name order.
+#[test]
+fn import_of_a_plain_folder_imports_its_session_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = two_sessions(tmp.path());
+    let folder = tmp.path().join("folder");
+    std::fs::create_dir(&folder).unwrap();
+    let zst = folder.join("a.jsonl.zstd");
+    ok(
+        &src,
+        &["export", "s2", "--zstd", "--to", zst.to_str().unwrap()],
+    );
+    std::fs::write(folder.join("b.jsonl"), SESSION).unwrap();
+    std::fs::write(folder.join("notes.txt"), "not a session").unwrap();
+    let store = tmp.path().join("new");
+    let out = ok(&store, &["import", folder.to_str().unwrap()]);
+    assert_eq!(
+        out,
+        "imported s2: 8 events (0 closers)\nimported s1: 6 events (2 closers)\n"
+    );
+    // A folder with nothing to import says what it looked for.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let err = fail(&store, &["import", empty.to_str().unwrap()], 1);
+    assert!(err.contains("*.jsonl"), "{err}");
+}
+
+/// Files that share a session id: `--id-from-filename` stores each under
+/// its file's stem; the "already exists" error names both flags.
+#[test]
+fn id_from_filename_imports_files_that_share_an_id() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = two_sessions(tmp.path());
+    let x1 = tmp.path().join("x1.jsonl");
+    std::fs::write(&x1, SESSION).unwrap();
+    let x2 = tmp.path().join("x2.jsonl.zstd");
+    ok(
+        &src,
+        &["export", "s1", "--zstd", "--to", x2.to_str().unwrap()],
+    );
+    let store = tmp.path().join("new");
+    let (x1, x2) = (x1.to_str().unwrap(), x2.to_str().unwrap());
+    let err = fail(&store, &["import", x1, x2], 1);
+    assert!(
+        err.contains("already exists")
+            && err.contains("--replace")
+            && err.contains("--id-from-filename"),
+        "{err}"
+    );
+    let store = tmp.path().join("by-name");
+    let out = ok(&store, &["import", "--id-from-filename", x1, x2]);
+    assert_eq!(
+        out,
+        "imported x1: 6 events (2 closers)\nimported x2: 8 events (0 closers)\n"
+    );
+    let ls = ok(&store, &["ls"]);
+    assert!(ls.starts_with("x1\t5\t-\nx2\t5\t-\n"), "{ls}");
+    fail(
+        &store,
+        &["import", "--id-from-filename", "--id", "y", x1],
+        2,
+    );
+}
