@@ -306,6 +306,8 @@ fuzz_target!(|data: &[u8]| {
     drop(store);
 
     let store = Store::open(&dir, options).expect("reopen");
+    // The next writer closes the interrupted turn when it takes the session.
+    store.repair(SESSION).expect("repair after reopen");
     let (_, reloaded) = store.load(SESSION).expect("reload");
     let closers = closers_after(&accepted, accepted.len());
     assert!(

@@ -457,7 +457,10 @@ fn run(data: &[u8]) {
         check_loaded(t, expect, events, "read-only open");
     }
 
+    // Writable: taking the session for writing runs recovery with
+    // authority (a torn tail cut, an interrupted turn closed).
     let rw = Store::open(&dir, options()).and_then(|s| {
+        s.repair(SESSION)?;
         let events = load(&s)?;
         Ok((s, events))
     });
@@ -501,6 +504,7 @@ fn run(data: &[u8]) {
     // Recovery is idempotent: a second open finds the same log (closers
     // appended once), and the session takes new batches.
     let store = Store::open(&dir, options()).expect("second open");
+    store.repair(SESSION).expect("second recovery");
     let again = load(&store).expect("second load");
     assert!(
         again == events,

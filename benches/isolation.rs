@@ -1,0 +1,143 @@
+//! Loading or rebuilding one session must not stall appends to another.
+//!
+//! A store holds a big session (1M events; 20k with
+//! `SESSIONLOG_BENCH_SMOKE=1`) whose checkpoint is deleted, so its first
+//! load folds the whole log. One thread appends one-event batches to a small
+//! session with `Durability::Sync` and records each append's latency: first
+//! alone (baseline), then while other threads rebuild the big session again
+//! and again (a new handle each time, so each load is a full rebuild).
+//! Before the engine split, loading held the store-wide session map lock
+//! through the replay, so every append waited for the rebuild.
+//!
+//! Prints p50/p99/max of both phases and the number of rebuilds, side by
+//! side in one run. Run with `cargo bench --bench isolation`.
+
+mod common;
+
+use sessionlog::event::{Event, OwnedEvent};
+use sessionlog::header::SessionHeader;
+use sessionlog::sample::{Sample, SampleConfig};
+use sessionlog::store::{Durability, Options, Store};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn event(seq: u64) -> OwnedEvent {
+    Event::from_json(&format!(
+        r#"{{"type":"session/title","seq":{seq},"time":{seq},"data":{{"title":"t{seq}"}}}}"#
+    ))
+    .expect("valid event")
+    .into_owned()
+}
+
+fn main() {
+    let smoke = common::smoke();
+    let big_events = if smoke { 20_000 } else { 1_000_000 };
+    let phase = if smoke {
+        Duration::from_millis(300)
+    } else {
+        Duration::from_secs(4)
+    };
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("store");
+    // The big session, written in batches of 256, then its checkpoint gone.
+    {
+        let store = Store::open(&dir, common::options(Durability::None)).expect("open");
+        // A generated agent session: about 36 events a turn.
+        let (header, events) = Sample::new(SampleConfig {
+            turns: (big_events / 36).max(1) as usize,
+            ..SampleConfig::default()
+        })
+        .session("big");
+        store.create(header).expect("create big");
+        for b in events.chunks(256) {
+            store.append("big", b).expect("append big");
+        }
+        store
+            .create(SessionHeader::new("small", 0))
+            .expect("create small");
+        store.append("small", &[event(0)]).expect("append small");
+        store.close().expect("close");
+    }
+    let big_len = Store::open_read_only(&dir)
+        .and_then(|s| s.next_seq("big"))
+        .expect("big session");
+    let checkpoint = dir
+        .join("sessions/big")
+        .join(sessionlog::checkpoint::CHECKPOINT_FILE);
+    common::delete_checkpoint(&checkpoint);
+
+    let store = Store::open(
+        &dir,
+        Options {
+            durability: Durability::Sync,
+            ..Options::default()
+        },
+    )
+    .expect("open");
+    let next = Arc::new(AtomicU64::new(store.next_seq("small").expect("small")));
+    let run = |rebuild: bool| -> (Vec<Duration>, u64) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let rebuilds = Arc::new(AtomicU64::new(0));
+        let rebuilder = rebuild.then(|| {
+            let (dir, stop, rebuilds) = (dir.clone(), stop.clone(), rebuilds.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    // A new handle: its first load of "big" folds the log.
+                    let reader = Store::open_read_only(&dir).expect("open reader");
+                    reader.next_seq("big").expect("rebuild big");
+                    rebuilds.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        });
+        // Rebuilds also in the writer's own handle: its map must not be
+        // held while a session loads.
+        let own = rebuild.then(|| {
+            let (store, stop) = (store.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = store.derive("big");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+        });
+        let started = Instant::now();
+        let mut lat = Vec::new();
+        while started.elapsed() < phase {
+            let seq = next.fetch_add(1, Ordering::Relaxed);
+            let t = Instant::now();
+            store.append("small", &[event(seq)]).expect("append small");
+            lat.push(t.elapsed());
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in [rebuilder, own].into_iter().flatten() {
+            t.join().expect("join");
+        }
+        lat.sort();
+        (lat, rebuilds.load(Ordering::Relaxed))
+    };
+    let (alone, _) = run(false);
+    let (during, rebuilds) = run(true);
+    let (again, _) = run(false);
+    let row = |name: &str, l: &[Duration]| {
+        println!(
+            "| {name} | {} | {:.0} | {:.0} | {:.0} |",
+            l.len(),
+            percentile(l, 0.5).as_secs_f64() * 1e6,
+            percentile(l, 0.99).as_secs_f64() * 1e6,
+            l.last().expect("one append").as_secs_f64() * 1e6
+        )
+    };
+    println!(
+        "isolation: Sync appends of one event to a small session; big session {big_len} events, rebuilt {rebuilds} times during the second phase"
+    );
+    println!("| phase | appends | p50 us | p99 us | max us |");
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    row("alone", &alone);
+    row("while another session is rebuilt", &during);
+    row("alone again", &again);
+}
