@@ -10,14 +10,14 @@
 //! or session, the line, seq or segment, and the rule broken), 2 usage, 3 I/O
 //! error (including a store locked by another writer).
 
+use crate::failure::{Failure, io_err, open_read_only, open_writer, plural, store_err};
 use clap::{Parser, Subcommand};
 use sessionlog::adapters::harness;
 use sessionlog::adapters::jsonl::{self, JsonlSession};
 use sessionlog::derive;
 use sessionlog::event::OwnedEvent;
 use sessionlog::header::SessionHeader;
-use sessionlog::manifest::MANIFEST_FILE;
-use sessionlog::store::{self, Options, Store};
+use sessionlog::store::{self, Store};
 use std::ffi::{OsStr, OsString};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -212,38 +212,6 @@ enum Command {
     },
 }
 
-/// How a command failed, and so which exit code it gets.
-#[derive(Debug)]
-pub(crate) enum Failure {
-    /// Invalid input or data: exit 1.
-    Invalid(String),
-    /// Usage: exit 2.
-    Usage(String),
-    /// I/O: exit 3.
-    Io(String),
-    /// The reader of our output went away (`sessionlog cat ID | head`):
-    /// nothing is wrong, stop quietly with exit 0.
-    OutputClosed,
-}
-
-impl Failure {
-    pub(crate) fn code(&self) -> u8 {
-        match self {
-            Failure::Invalid(_) => 1,
-            Failure::Usage(_) => 2,
-            Failure::Io(_) => 3,
-            Failure::OutputClosed => 0,
-        }
-    }
-
-    pub(crate) fn message(&self) -> &str {
-        match self {
-            Failure::Invalid(m) | Failure::Usage(m) | Failure::Io(m) => m,
-            Failure::OutputClosed => "the output was closed",
-        }
-    }
-}
-
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let stdout = io::stdout();
@@ -310,23 +278,6 @@ fn load<'a>(path: &Path, bytes: &'a [u8], strict: bool) -> Result<JsonlSession<'
         .map_err(|v| Failure::Invalid(format!("{}: {v}", path.display())))?;
     note_torn(path, &session);
     Ok(session)
-}
-
-pub(crate) fn io_err(e: io::Error) -> Failure {
-    if e.kind() == io::ErrorKind::BrokenPipe {
-        return Failure::OutputClosed;
-    }
-    Failure::Io(format!("writing output: {e}"))
-}
-
-/// `n` and the word, plural unless `n` is 1: "1 closer", "3 closers".
-pub(crate) fn plural(n: impl Into<u64>, word: &str) -> String {
-    let n = n.into();
-    if n == 1 {
-        format!("{n} {word}")
-    } else {
-        format!("{n} {word}s")
-    }
 }
 
 /// A field of an `ls` row: backslash, tab, newline, carriage return and
@@ -440,125 +391,6 @@ fn write_events(out: &mut impl Write, events: &[OwnedEvent]) -> Result<(), Failu
 // ---------------------------------------------------------------------------
 // Store mode
 // ---------------------------------------------------------------------------
-
-/// The exit code of a store error: bad data, damage or a bad request is 1,
-/// anything about the disk, a missing store or a lock is 3.
-pub(crate) fn store_err(e: store::Error) -> Failure {
-    use sessionlog::manifest::ManifestError as M;
-    use store::Error as E;
-    // What happened (the error names session, seq, file and offset), then
-    // what to do about it.
-    let hint = match &e {
-        E::Rejected { .. } => "nothing of the batch was stored; fix the event and append again",
-        E::Corrupt { .. } => {
-            "nothing was changed; `verify` lists every damaged session, and the file and offset above say where to look"
-        }
-        E::NotFound(_) => "`ls` lists the stored sessions",
-        E::Exists(_) => "choose another id, or `import --replace`",
-        E::BadId { .. } => "session ids must be non-empty",
-        E::TooLarge { .. } => "append the events in smaller batches",
-        E::Locked { .. } => {
-            "another process (or handle) is writing this session; other sessions, and reading this one (ls, cat, tail, surface, derive, verify, stats, export), work meanwhile"
-        }
-        E::Closed => "the store was closed; open it again",
-        E::Poisoned(_) => {
-            "a sync failed, so later writes are refused: reopen the store (run the command again)"
-        }
-        E::Io { source, .. } if source.kind() == io::ErrorKind::PermissionDenied => {
-            "this user may not read or write that file: check its permissions and its directory's"
-        }
-        E::Io { source, .. }
-            if matches!(
-                source.kind(),
-                io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
-            ) =>
-        {
-            "the disk (or the quota) is full: free some space and run the command again"
-        }
-        E::Io { source, .. } if source.kind() == io::ErrorKind::ReadOnlyFilesystem => {
-            "the file system is mounted read-only: read commands still work"
-        }
-        E::Io { .. } | E::Manifest(M::Io { .. }) | E::Checkpoint { .. } => {
-            "check the disk, permissions and free space"
-        }
-        E::Manifest(M::Missing { .. }) => {
-            "no store here yet: create one with `sessionlog --store DIR import FILE...`"
-        }
-        E::Manifest(M::NotAStore { .. }) => {
-            "give the store's directory (a new or empty one for `import`)"
-        }
-        E::Manifest(M::UnsupportedVersion { .. }) | E::Segment { .. } => {
-            "this build cannot read that format version; the message says how to migrate"
-        }
-        E::Manifest(_) => "the store's MANIFEST is damaged: nothing was changed",
-        E::Index { .. } | E::Internal { .. } => {
-            "the session's index disagrees with its log: `verify` checks it; reopening rebuilds the index"
-        }
-        E::Encode { .. } => {
-            "nothing was stored; the batch holds something the record codec cannot represent"
-        }
-        E::ReadOnly => "this command needs a writable store",
-        _ => "see the message above",
-    };
-    let m = format!("{e}\nhint: {hint}");
-    match e {
-        E::Io { .. }
-        | E::Locked { .. }
-        | E::Poisoned(_)
-        | E::Closed
-        | E::ReadOnly
-        | E::Checkpoint { .. }
-        | E::Manifest(M::Io { .. } | M::Missing { .. }) => Failure::Io(m),
-        _ => Failure::Invalid(m),
-    }
-}
-
-/// Refuses a store path that is not a directory before the store is
-/// opened (opening it would fail with "Not a directory" and a hint about
-/// the disk).
-fn check_store_dir(dir: &Path) -> Result<(), Failure> {
-    if dir.exists() && !dir.is_dir() {
-        return Err(Failure::Usage(format!(
-            "{} is a file; --store takes a store directory (`import` creates one in a new or empty directory)",
-            dir.display()
-        )));
-    }
-    Ok(())
-}
-
-pub(crate) fn open_read_only(dir: &Path) -> Result<Store, Failure> {
-    check_store_dir(dir)?;
-    Store::open_read_only(dir).map_err(store_err)
-}
-
-/// Opens the store for writing. Only `import` creates a store (in an
-/// existing directory, or a new one whose parent exists): the other write
-/// commands need an existing one.
-pub(crate) fn open_writer(dir: &Path, create: bool) -> Result<Store, Failure> {
-    check_store_dir(dir)?;
-    if create && !dir.exists() {
-        let parent = match dir.parent() {
-            Some(p) if p.as_os_str().is_empty() => Path::new("."),
-            Some(p) => p,
-            None => Path::new("/"),
-        };
-        if !parent.is_dir() {
-            return Err(Failure::Io(format!(
-                "cannot create the store {}: its parent directory {} does not exist\nhint: create it first (`mkdir -p {}`), or give another --store",
-                dir.display(),
-                parent.display(),
-                parent.display()
-            )));
-        }
-    }
-    if !create && !dir.join(MANIFEST_FILE).is_file() {
-        return Err(Failure::Io(format!(
-            "{}: no store here (`import` creates one)",
-            dir.display()
-        )));
-    }
-    Store::open(dir, Options::default()).map_err(store_err)
-}
 
 fn session_id(target: OsString) -> Result<String, Failure> {
     target

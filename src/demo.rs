@@ -77,7 +77,7 @@ pub fn run(dir: &Path, out: &mut impl Write) -> Result<(), String> {
     writeln!(
         out,
         "   forked demo-00 at seq 1000 into demo-00-subagent: {} hard-linked, not copied",
-        crate::cli::plural(shared as u64, "sealed segment")
+        crate::failure::plural(shared as u64, "sealed segment")
     )
     .map_err(|e| err(&e))?;
     store.close().map_err(|e| err(&e))?;
@@ -94,7 +94,7 @@ pub fn run(dir: &Path, out: &mut impl Write) -> Result<(), String> {
     writeln!(
         out,
         "3. reopened: recovery appended {} to {CRASHED}:",
-        crate::cli::plural(closers.len() as u64, "closer")
+        crate::failure::plural(closers.len() as u64, "closer")
     )
     .map_err(|e| err(&e))?;
     for c in &closers {
@@ -155,7 +155,7 @@ pub fn run(dir: &Path, out: &mut impl Write) -> Result<(), String> {
     writeln!(
         out,
         "   exported all {} to the harness's SQLite schema 4: {}",
-        crate::cli::plural(ids.len() as u64, "session"),
+        crate::failure::plural(ids.len() as u64, "session"),
         db.display()
     )
     .map_err(|e| err(&e))?;

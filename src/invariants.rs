@@ -12,58 +12,9 @@ use crate::violation::{Location, Rule, Violation};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-/// The event types the harness knew when the fixtures were written, sorted
-/// (byte order) so that they can be binary-searched.
-pub const KNOWN_TYPES: &[&str] = &[
-    "agent-preset/selected",
-    "agent/inbox/spliced",
-    "approval/asked",
-    "approval/decided",
-    "approval/policy",
-    "assistant/chunk",
-    "assistant/message",
-    "command/done",
-    "command/run",
-    "compaction/end",
-    "compaction/prune",
-    "compaction/start",
-    "compaction/summary",
-    "feedback/record",
-    "goal/change",
-    "hook/invoked",
-    "hook/result",
-    "llm/retry",
-    "llm/retry-started",
-    "permission/preset",
-    "plan/mode",
-    "request/context",
-    "request/header",
-    "sandbox/mode",
-    "schedule/change",
-    "session/end-seed",
-    "session/title",
-    "session/title-llm-request",
-    "step/end",
-    "step/start",
-    "subagent/descriptor",
-    "team/member",
-    "team/message/delivered",
-    "team/message/queued",
-    "team/task",
-    "todo/write",
-    "tool-workflow/agent-end",
-    "tool-workflow/agent-start",
-    "tool-workflow/run-end",
-    "tool-workflow/run-start",
-    "tool/call",
-    "tool/code-dispatch",
-    "tool/code-dispatch-start",
-    "tool/result",
-    "turn/end",
-    "turn/start",
-    "user/message",
-    "web/deepseek-search-llm-request",
-];
+/// The event vocabulary lives with the envelope ([`crate::event`]); kept
+/// here too for the strict-mode checks that name it.
+pub use crate::event::KNOWN_TYPES;
 
 /// Strict mode's header rule: `version` and `delegationDepth` must be written.
 pub fn check_header(parsed: &ParsedHeader) -> Result<(), Violation> {

@@ -2,6 +2,7 @@
 
 mod cli;
 mod demo;
+mod failure;
 mod transfer;
 
 fn main() -> std::process::ExitCode {

@@ -2,7 +2,7 @@
 //! formats (JSONL plain, packed or zstd, harness roots in both layouts,
 //! SQLite schema 4 and 17), with progress bars on a terminal.
 
-use crate::cli::{Failure, io_err, open_read_only, open_writer, plural, store_err};
+use crate::failure::{Failure, io_err, open_read_only, open_writer, plural, store_err};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sessionlog::adapters::harness::{self, ExportOptions, ImportError, ImportOptions};
 use sessionlog::adapters::{sqlite, sqlite_export, sqlite17};
@@ -373,7 +373,7 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
         (true, true) => {
             let ids: Vec<String> = store
                 .list()
-                .map_err(crate::cli::store_err)?
+                .map_err(crate::failure::store_err)?
                 .into_iter()
                 .map(|h| h.id)
                 .collect();
