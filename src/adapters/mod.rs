@@ -5,8 +5,12 @@ pub mod bounded;
 pub mod harness;
 pub mod jsonl;
 pub mod root;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "sqlite")]
 pub mod sqlite17;
+#[cfg(feature = "sqlite")]
 pub mod sqlite17_write;
+#[cfg(feature = "sqlite")]
 pub mod sqlite_export;
 pub mod storing;

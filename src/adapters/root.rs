@@ -242,9 +242,19 @@ pub fn create_dirs_durably(dir: &Path) -> io::Result<()> {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && d.is_dir() => continue,
             Err(e) => return Err(e),
         }
-        crate::adapters::sqlite_export::sync_parent(d)?;
+        sync_parent(d)?;
     }
     Ok(())
+}
+
+/// Syncs the directory holding `path`, so an entry made in it (a rename,
+/// a new directory) is durable.
+pub fn sync_parent(path: &Path) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Writes `bytes` to `path` atomically and durably: `path.tmp-<random>`
@@ -253,11 +263,11 @@ pub fn create_dirs_durably(dir: &Path) -> io::Result<()> {
 /// was.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let r: [u8; 8] = crate::adapters::sqlite17::random_bytes();
+    let r = crate::fsutil::random_id();
     let mut name = path.file_name().unwrap_or_default().to_owned();
     name.push(format!(
         ".tmp-{}",
-        r.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        r[..8].iter().map(|b| format!("{b:02x}")).collect::<String>()
     ));
     let tmp = path.with_file_name(name);
     let result = (|| {
@@ -270,7 +280,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
         f.sync_all()?;
         drop(f);
         std::fs::rename(&tmp, path)?;
-        crate::adapters::sqlite_export::sync_parent(path)
+        sync_parent(path)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);

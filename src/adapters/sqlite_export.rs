@@ -151,7 +151,7 @@ fn export_new(store: &Store, ids: &[String], path: &Path, version: i64) -> Resul
     let tmp = temp_path(path);
     let result = build(store, ids, path, &tmp, version).and_then(|()| {
         std::fs::rename(&tmp, path).map_err(io_err(path))?;
-        sync_parent(path).map_err(io_err(path))
+        crate::adapters::root::sync_parent(path).map_err(io_err(path))
     });
     if result.is_err() {
         for suffix in ["", "-wal", "-shm", "-journal"] {
@@ -212,11 +212,3 @@ fn build(
         .map_err(io_err(tmp))
 }
 
-/// Syncs the directory holding `path`, so a rename into it is durable.
-pub fn sync_parent(path: &Path) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    std::fs::File::open(dir)?.sync_all()
-}
