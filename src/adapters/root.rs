@@ -267,7 +267,10 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut name = path.file_name().unwrap_or_default().to_owned();
     name.push(format!(
         ".tmp-{}",
-        r[..8].iter().map(|b| format!("{b:02x}")).collect::<String>()
+        r[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     ));
     let tmp = path.with_file_name(name);
     let result = (|| {

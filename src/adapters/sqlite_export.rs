@@ -211,4 +211,3 @@ fn build(
         .and_then(|f| f.sync_all())
         .map_err(io_err(tmp))
 }
-

@@ -617,6 +617,16 @@ impl Store {
         }
     }
 
+    /// The largest record a read accepts: the option, or the default when
+    /// that is larger (a store written with the default limit stays
+    /// readable by a handle opened with a smaller one).
+    pub(super) fn read_limit(&self) -> u32 {
+        self.inner
+            .options
+            .max_record
+            .max(segment::DEFAULT_MAX_RECORD)
+    }
+
     /// Maps a segment through the store's file system. Segment files are
     /// only ever appended to within their preallocated length or sealed
     /// (cut to a length past every committed byte); readers only touch

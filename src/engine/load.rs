@@ -313,11 +313,7 @@ impl Store {
         rec.used_checkpoint = covered.is_some();
 
         let scan_opts = |sealed| ScanOptions {
-            max_record: self
-                .inner
-                .options
-                .max_record
-                .max(segment::DEFAULT_MAX_RECORD),
+            max_record: self.read_limit(),
             expect_sealed: sealed,
         };
         let corrupt = |path: &Path, offset, reason: String| Error::Corrupt {
@@ -471,11 +467,7 @@ impl Store {
         from: u64,
     ) -> Result<segment::Committed> {
         let vfs = &*self.inner.options.vfs;
-        let max = self
-            .inner
-            .options
-            .max_record
-            .max(segment::DEFAULT_MAX_RECORD);
+        let max = self.read_limit();
         let opts = ScanOptions {
             max_record: max,
             expect_sealed: false,
@@ -514,11 +506,7 @@ impl Store {
         let ident = s.ident(self.inner.store_id, seg_first);
         let map = CommittedPrefix::of(self.map_file(&path)?, end);
         let opts = ScanOptions {
-            max_record: self
-                .inner
-                .options
-                .max_record
-                .max(segment::DEFAULT_MAX_RECORD),
+            max_record: self.read_limit(),
             expect_sealed: false,
         };
         let scan = segment::scan_from(&map, &ident, &opts, from, s.next_seq())
@@ -579,11 +567,7 @@ impl Store {
         let Some((last, end)) = s.unverified else {
             return Ok(());
         };
-        let max_record = self
-            .inner
-            .options
-            .max_record
-            .max(segment::DEFAULT_MAX_RECORD);
+        let max_record = self.read_limit();
         for seg in s.segs.iter().take_while(|g| g.first_seq <= last) {
             let ident = s.ident(self.inner.store_id, seg.first_seq);
             let corrupt = |offset: u64, reason: String| Error::Corrupt {

@@ -215,11 +215,7 @@ impl Store {
                 bytes.truncate(end as usize);
             }
             let opts = ScanOptions {
-                max_record: self
-                    .inner
-                    .options
-                    .max_record
-                    .max(segment::DEFAULT_MAX_RECORD),
+                max_record: self.read_limit(),
                 expect_sealed: i < last || s.lock.is_some() && s.writer.is_none(),
             };
             let scan = segment::scan(&bytes, &ident, &opts)
