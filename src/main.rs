@@ -1,8 +1,13 @@
 //! The `sessionlog` command line.
 
+// The command line lives in src/cli/, over the library's public API.
+#[path = "cli/commands.rs"]
 mod cli;
+#[path = "cli/demo.rs"]
 mod demo;
+#[path = "cli/failure.rs"]
 mod failure;
+#[path = "cli/transfer.rs"]
 mod transfer;
 
 fn main() -> std::process::ExitCode {

@@ -12,12 +12,12 @@ pub enum Durability {
     Sync,
     /// Group commit: `append` returns before its batch is durable; one
     /// background thread syncs every dirty session each `window`, so many
-    /// appends share one `fdatasync`. [`Store::flush`] waits for it.
+    /// appends share one `fdatasync`. [`Store::flush`](crate::store::Store::flush) waits for it.
     Batched {
         /// How long an append may stay unsynced.
         window: std::time::Duration,
     },
-    /// No sync on append; only [`Store::flush`] and [`Store::close`] sync.
+    /// No sync on append; only [`Store::flush`](crate::store::Store::flush) and [`Store::close`](crate::store::Store::close) sync.
     None,
 }
 
@@ -51,7 +51,7 @@ pub struct Options {
     /// open (its previous writer stopped mid-turn), append the harness's
     /// closers first (default `true`). A caller that repairs on its own
     /// terms (the harness's coordinator does) turns this off and uses
-    /// [`Store::repair`].
+    /// [`Store::repair`](crate::store::Store::repair).
     pub close_interrupted_turns: bool,
     /// The file system every file operation goes through (default: the
     /// real one, [`crate::vfs::RealFs`]).

@@ -228,7 +228,7 @@ fn closing_quote(b: &[u8], start: usize) -> Option<usize> {
 /// validating parse.
 ///
 /// `serde_json` validates every byte of a value it is asked to skip, at
-/// every nesting level [`object`] / [`array`] are applied to. The repair
+/// every nesting level `object` / `array` are applied to. The repair
 /// rules look a few levels deep into every assistant message and tool result
 /// of a log; this walk only finds the structure (a level is still walked
 /// again when a lookup descends into it), skipping long strings with
