@@ -590,6 +590,14 @@ impl Store {
     /// least recently used first: a quarter of the map, so eviction is rare.
     /// An evicted session is synced, its preallocated tail trimmed and its
     /// writer lock released; loading it again costs a checkpoint read.
+    ///
+    /// The release happens here, under the map's write lock, on purpose:
+    /// writer locks are owned by this handle's open file description, so a
+    /// new entry for the same id taking its lock while the old one still
+    /// held it would "succeed" (same owner), and the old one's release
+    /// would then unlock the new one's lock. Releasing before the entry
+    /// leaves the map rules that out, at the cost of a sync (Batched and
+    /// None modes only) while the map is locked.
     fn evict(&self, sessions: &mut HashMap<String, Arc<Mutex<Session>>>) {
         let mut idle: Vec<(u64, String)> = sessions
             .iter()
