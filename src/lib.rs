@@ -27,6 +27,7 @@ pub mod store;
 /// The pure session model: the rules of `harness-domain.md`, one place
 /// each, knowing nothing of files or bytes.
 pub mod model {
+    pub mod build;
     pub mod derive;
     pub mod event;
     pub mod header;
@@ -37,7 +38,9 @@ pub mod model {
     pub mod surface;
     pub mod violation;
 }
-pub use model::{derive, event, header, invariants, json, repair, session, surface, violation};
+pub use model::{
+    build, derive, event, header, invariants, json, repair, session, surface, violation,
+};
 
 /// The bytes of every file the store writes (see `format-spec.md`): they
 /// know bytes, not JSON events.

@@ -310,6 +310,14 @@ pub fn derive<'a>(
         .collect()
 }
 
+/// Serialises as the message's JSON (exactly [`Message::to_json`]).
+impl serde::Serialize for Message<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let raw = RawValue::from_string(self.to_json()).map_err(serde::ser::Error::custom)?;
+        raw.serialize(serializer)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -542,6 +542,15 @@ fn parse_sources(raw: &RawValue, seq: u64) -> Result<Vec<u64>, Violation> {
         .collect()
 }
 
+/// Serialises as the harness's JSON event (exactly [`Event::write_json`]'s
+/// bytes, `data` verbatim), so an event can go into any serde output.
+impl serde::Serialize for Event<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let raw = RawValue::from_string(self.to_json()).map_err(serde::ser::Error::custom)?;
+        raw.serialize(serializer)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
