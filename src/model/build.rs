@@ -56,6 +56,18 @@ fn text(out: &mut Vec<u8>, s: &str) {
     write_str(out, s);
 }
 
+/// `"<id_key>":id,"name":name,"arguments":arguments` of a tool call (the
+/// assistant message's part says `id`, the `tool/call` event `callId`).
+fn call_fields(out: &mut Vec<u8>, id_key: &str, call: &ToolCall<'_>) {
+    text(out, id_key);
+    out.push(b':');
+    text(out, call.id);
+    out.extend_from_slice(br#","name":"#);
+    text(out, call.name);
+    out.extend_from_slice(br#","arguments":"#);
+    text(out, call.arguments);
+}
+
 /// `turn/start` of turn `turn`.
 pub fn turn_start(seq: u64, time: i64, turn: u64) -> OwnedEvent {
     event(
@@ -150,12 +162,8 @@ pub fn assistant_message(
             d.push(b',');
         }
         first = false;
-        d.extend_from_slice(br#"{"type":"tool-call","id":"#);
-        text(&mut d, c.id);
-        d.extend_from_slice(br#","name":"#);
-        text(&mut d, c.name);
-        d.extend_from_slice(br#","arguments":"#);
-        text(&mut d, c.arguments);
+        d.extend_from_slice(br#"{"type":"tool-call","#);
+        call_fields(&mut d, "id", c);
         d.push(b'}');
     }
     d.extend_from_slice(b"]}}");
@@ -173,12 +181,8 @@ pub fn assistant_message(
 /// The `tool/call` event of `call` (after the assistant message that
 /// requests it).
 pub fn tool_call(seq: u64, time: i64, turn: u64, step: u64, call: &ToolCall<'_>) -> OwnedEvent {
-    let mut d = format!(r#"{{"turn":{turn},"step":{step},"callId":"#).into_bytes();
-    text(&mut d, call.id);
-    d.extend_from_slice(br#","name":"#);
-    text(&mut d, call.name);
-    d.extend_from_slice(br#","arguments":"#);
-    text(&mut d, call.arguments);
+    let mut d = format!(r#"{{"turn":{turn},"step":{step},"#).into_bytes();
+    call_fields(&mut d, "callId", call);
     d.push(b'}');
     event("tool/call", seq, time, d, None, None)
 }
