@@ -18,6 +18,6 @@
 //! in crate-private modules; this module is its public face.
 
 pub use crate::engine::{
-    Derived, Durability, Error, Events, Options, Recovery, Result, SessionStats, Store, Tail,
-    Unaccounted, VerifyReport,
+    Derived, Durability, Error, Events, Options, Recovery, Result, SalvageCut, Salvaged,
+    SessionStats, Store, Tail, Unaccounted, VerifyReport,
 };

@@ -1025,3 +1025,61 @@ fn fork_onto_an_existing_id_has_a_fork_hint() {
     );
     assert!(!r.stderr.contains("import --replace"), "{}", r.stderr);
 }
+
+/// A flipped byte in the middle of a session makes it unreadable (exit 1,
+/// the file and offset named, `--salvage` suggested); `export --salvage`
+/// gets the whole batches before the damage out and says where it cut,
+/// changing nothing in the store.
+#[test]
+fn export_salvage_gets_the_readable_prefix_of_a_damaged_session() {
+    use sessionlog::sample::{Sample, SampleConfig};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    let (header, events) = Sample::new(SampleConfig {
+        turns: 4,
+        ..SampleConfig::default()
+    })
+    .session("s");
+    {
+        let store = Store::open(&dir, Options::default()).unwrap();
+        store.create(header).unwrap();
+        for b in events.chunks(10) {
+            store.append("s", b).unwrap();
+        }
+        store.close().unwrap();
+    }
+    let seg = dir.join("sessions/s/00000000000000000000.seg");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let ident = sessionlog::segment::read_header(&bytes).unwrap();
+    let scan = sessionlog::segment::scan(&bytes, &ident, &Default::default()).unwrap();
+    assert!(scan.batches.len() > 4);
+    let damaged = &scan.batches[3];
+    bytes[damaged.payload.start as usize + 5] ^= 0x10;
+    std::fs::write(&seg, &bytes).unwrap();
+    std::fs::remove_file(dir.join("sessions/s/CHECKPOINT")).ok();
+
+    let r = sl(&dir, &["export", "s"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let out = tmp.path().join("salvaged.jsonl");
+    let r = sl(&dir, &["export", "--salvage", "s", "--to", path_str(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!("offset {}", damaged.offset)) && r.stderr.contains("cut at"),
+        "{}",
+        r.stderr
+    );
+    let lines = json_lines(&std::fs::read_to_string(&out).unwrap());
+    assert_eq!(
+        lines.len(),
+        1 + damaged.first_seq as usize,
+        "header + the whole batches before"
+    );
+    for (line, e) in lines[1..].iter().zip(&events) {
+        assert_eq!(line, &serde_json::from_str::<Value>(&e.to_json()).unwrap());
+    }
+    // The store is as it was: still damaged, still reported.
+    assert_eq!(std::fs::read(&seg).unwrap(), bytes);
+    assert_eq!(sl(&dir, &["verify", "s"]).code, 1);
+    // Two sessions, or a root, are refused.
+    assert_eq!(sl(&dir, &["export", "--salvage", "s", "t"]).code, 2);
+}

@@ -159,6 +159,12 @@ enum Command {
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
+        /// Export what can be read of a damaged session (one, as plain
+        /// JSONL): the whole batches before the damage; stderr says where
+        /// it was cut and why. Never the default: a damaged session
+        /// otherwise fails with the file and offset.
+        #[arg(long)]
+        salvage: bool,
     },
     /// Store mode: list the sessions, one per line: id, createdAt,
     /// parentSession (`-` when none), tab separated, sorted by id; control
@@ -582,6 +588,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             zstd,
             schema,
             quiet,
+            salvage,
         } => crate::transfer::export(
             dir,
             crate::transfer::ExportArgs {
@@ -592,6 +599,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
                 zstd,
                 schema,
                 quiet,
+                salvage,
             },
             out,
         ),

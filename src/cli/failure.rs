@@ -67,7 +67,7 @@ pub(crate) fn store_err(e: store::Error) -> Failure {
     let hint = match &e {
         E::Rejected { .. } => "nothing of the batch was stored; fix the event and append again",
         E::Corrupt { .. } => {
-            "nothing was changed; `verify` lists every damaged session, and the file and offset above say where to look"
+            "nothing was changed; `verify` lists every damaged session, the file and offset above say where to look, and `export --salvage ID` gets the readable part out"
         }
         E::NotFound(_) => "`ls` lists the stored sessions",
         E::Exists(_) => "choose another id, or `import --replace`",

@@ -357,6 +357,8 @@ pub struct ExportArgs {
     pub schema: Option<i64>,
     /// No progress bar.
     pub quiet: bool,
+    /// Export the readable prefix of a damaged session (one session, JSONL).
+    pub salvage: bool,
 }
 
 /// Whether a path that does not exist yet names a session file by its
@@ -369,6 +371,9 @@ fn names_a_file(path: &Path) -> bool {
 /// `sessionlog --store DIR export ID... | --all [--to FILE|DIR|-]`.
 pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), Failure> {
     let store = open_read_only(dir)?;
+    if args.salvage {
+        return salvage(&store, args, out);
+    }
     let ids = match (args.all, args.ids.is_empty()) {
         (true, true) => {
             let ids: Vec<String> = store
@@ -479,5 +484,44 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
         }
     }
     progress.finish();
+    Ok(())
+}
+
+/// `export --salvage ID [--to FILE]`: the readable prefix of a damaged
+/// session as plain JSONL, and on stderr what was cut and where.
+fn salvage(store: &store::Store, args: ExportArgs, out: &mut impl Write) -> Result<(), Failure> {
+    let [id] = args.ids.as_slice() else {
+        return Err(Failure::Usage(
+            "--salvage exports one session: name it (`export --salvage ID`)".into(),
+        ));
+    };
+    let to = args.to.filter(|p| p.as_os_str() != "-");
+    if to.as_deref().is_some_and(|p| is_db(p) || p.is_dir()) || args.pack_chunks || args.zstd {
+        return Err(Failure::Usage(
+            "--salvage writes plain JSONL: to a file (--to FILE) or standard output".into(),
+        ));
+    }
+    let s = store.salvage(id).map_err(store_err)?;
+    let mut buf = Vec::new();
+    sessionlog::adapters::jsonl::write_session(&mut buf, &s.header, &s.events).map_err(io_err)?;
+    match &to {
+        Some(path) => harness::write_atomically(path, &buf)
+            .map_err(|e| Failure::Io(format!("{}: {e}", path.display())))?,
+        None => out.write_all(&buf).map_err(io_err)?,
+    }
+    match &s.cut {
+        None => eprintln!(
+            "salvaged {id}: {}, nothing damaged",
+            plural(s.events.len() as u64, "event")
+        ),
+        Some(c) => eprintln!(
+            "salvaged {id}: {} (seqs 0..{}); cut at {} offset {}: {}; nothing in the store was changed (`verify {id}` reports the damage)",
+            plural(s.events.len() as u64, "event"),
+            c.seq,
+            c.segment.display(),
+            c.offset,
+            c.reason
+        ),
+    }
     Ok(())
 }
