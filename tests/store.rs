@@ -1,6 +1,7 @@
 //! The durable store: round trips, recovery, repair, locking, checkpoints.
 
 use sessionlog::adapters::jsonl;
+use sessionlog::build;
 use sessionlog::event::{Event, OwnedEvent};
 use sessionlog::header::SessionHeader;
 use sessionlog::store::{Error, Options, Store};
@@ -937,6 +938,46 @@ fn small_sessions_keep_no_preallocated_space() {
     );
     // Whatever the block size: no session keeps a preallocated megabyte.
     assert!(allocated < 1000 * (256 << 10), "{allocated}");
+}
+
+/// An open session's segment grows with its data: a session holding a few
+/// records has zero-filled 64 KiB, not the 1 MiB step (each zeroed byte is
+/// written and synced, and an evicted session, trimmed on release, pays it
+/// again when it is reopened); a large one still reaches the full step.
+#[test]
+fn preallocation_grows_with_the_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    store.create(SessionHeader::new("small", 0)).unwrap();
+    let small = [build::user_message(0, 1, "hello")];
+    let borrowed: Vec<Event<'_>> = small.iter().map(|e| e.borrowed()).collect();
+    store.append("small", &borrowed).unwrap();
+    let s = store.stats("small").unwrap();
+    assert!(s.allocated >= 64 << 10, "{s:?}");
+    assert!(
+        s.allocated < 256 << 10,
+        "a small session zero-filled {} bytes",
+        s.allocated
+    );
+
+    store.create(SessionHeader::new("large", 0)).unwrap();
+    // Created, nothing appended: nothing on disk, and stats says so.
+    let empty = store.stats("large").unwrap();
+    assert_eq!((empty.events, empty.bytes, empty.allocated), (0, 0, 0));
+    let text = "x".repeat(2000);
+    let mut seq = 0;
+    while store.stats("large").unwrap().bytes < 3 << 20 {
+        let batch: Vec<_> = (0..64)
+            .map(|i| build::user_message(seq + i, 1, &text))
+            .collect();
+        seq += 64;
+        let borrowed: Vec<Event<'_>> = batch.iter().map(|e| e.borrowed()).collect();
+        store.append("large", &borrowed).unwrap();
+    }
+    let s = store.stats("large").unwrap();
+    // Steps of 64 KiB would have taken ~48 growths; doubling to the 1 MiB
+    // step leaves at most one step (plus rounding) of zeros past the data.
+    assert!(s.allocated <= s.bytes + (1 << 20) + (64 << 10), "{s:?}");
 }
 
 /// A follower in one handle sees what a writer in another appends, as it

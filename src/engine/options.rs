@@ -35,8 +35,10 @@ pub struct Options {
     /// last one (or when the log's index grew past the checkpoint's size,
     /// whichever is larger: the cost per event stays O(1) amortised).
     pub checkpoint_every: u64,
-    /// Bytes of segment space preallocated (allocated and zeroed) at a time
-    /// (default 1 MiB, [`segment::DEFAULT_PREALLOCATE`]).
+    /// The largest step of segment space preallocated (allocated and
+    /// zeroed) at a time (default 1 MiB, [`segment::DEFAULT_PREALLOCATE`]);
+    /// a segment grows by as much as it holds (at least 64 KiB) up to this,
+    /// so small sessions zero-fill little. 0 disables preallocation.
     pub preallocate: u64,
     /// Also enforce the strict invariants on append.
     pub strict: bool,

@@ -300,7 +300,15 @@ impl Store {
             .and_then(|m| m.modified);
         let vfs = &*self.inner.options.vfs;
         let mut allocated = 0;
-        for name in vfs.read_dir(&s.dir).map_err(io_at(&s.dir))? {
+        let names = match vfs.read_dir(&s.dir) {
+            Ok(names) => names,
+            // Created, nothing appended yet: no directory holds it.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && s.unpublished && !s.staged => {
+                Vec::new()
+            }
+            Err(e) => return Err(io_at(&s.dir)(e)),
+        };
+        for name in names {
             let path = s.dir.join(name);
             match vfs.symlink_metadata(&path) {
                 Ok(m) => allocated += m.allocated,

@@ -277,6 +277,7 @@ impl Store {
             self.start_segment(s, first_seq)?;
         }
         let writer = s.writer.as_mut().expect("active segment");
+        writer.set_preallocate(growth_step(opts.preallocate, writer.len()));
         let seg_first = writer.ident().first_seq;
         let path = s.segs.last().expect("active segment mapped").path.clone();
         let loc = writer
@@ -375,7 +376,8 @@ impl Store {
         let vfs = &*self.inner.options.vfs;
         // On failure `create_with` removes the file itself: a retry can
         // create it again.
-        let mut w = SegmentWriter::create_with(vfs, &path, &ident, self.inner.options.preallocate)
+        let first_step = growth_step(self.inner.options.preallocate, 0);
+        let mut w = SegmentWriter::create_with(vfs, &path, &ident, first_step)
             .map_err(|e| segment_error(&s.header.id, &path, e))?;
         w.set_max_record(self.inner.options.max_record)
             .map_err(|e| segment_error(&s.header.id, &path, e))?;
@@ -796,4 +798,18 @@ impl Store {
             self.read_from_locked(s, id, from, u64::MAX)
         })
     }
+}
+
+/// The smallest preallocation step (unless the option is smaller).
+const MIN_GROWTH: u64 = 64 << 10;
+
+/// How much segment space to preallocate when the active segment, holding
+/// `len` bytes, is full: as much as it holds (at least [`MIN_GROWTH`]), up to
+/// the `configured` step. Zero-filling costs a write and a sync of every
+/// byte it adds, and a session reopened after eviction grows its segment
+/// again; growing with the segment keeps both proportional to the data (a
+/// small session never zero-fills a megabyte) while a large one reaches the
+/// full step after a few doublings.
+fn growth_step(configured: u64, len: u64) -> u64 {
+    configured.min(len.max(MIN_GROWTH))
 }
