@@ -68,6 +68,9 @@
 //! counted); SQLite db + wal after `wal_checkpoint(TRUNCATE)`; JSONL file size;
 //! floor the bytes written.
 
+#[path = "multi/mod.rs"]
+mod multi;
+
 use rusqlite::{Connection, OpenFlags, params};
 use sessionlog::adapters::jsonl;
 use sessionlog::adapters::sqlite::{DDL, SCHEMA_VERSION};
@@ -1214,6 +1217,29 @@ fn write_section(path: &Path, body: &str) -> Res<()> {
 }
 
 fn main() -> Res<()> {
+    if std::env::var("SESSIONLOG_BENCH_MULTI").is_ok_and(|v| v == "only") {
+        let base = std::env::var_os("SESSIONLOG_BENCH_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
+        let secs: f64 = std::env::var("SESSIONLOG_BENCH_MULTI_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5.0);
+        let rows: Vec<(usize, usize)> = match std::env::var("SESSIONLOG_BENCH_MULTI_ROWS") {
+            Ok(v) => v
+                .split(',')
+                .filter_map(|r| {
+                    let (w, s) = r.split_once('x')?;
+                    Some((w.parse().ok()?, s.parse().ok()?))
+                })
+                .collect(),
+            Err(_) => multi::ROWS.to_vec(),
+        };
+        let table =
+            multi::table(&base, Duration::from_secs_f64(secs), &rows).map_err(|e| e.to_string())?;
+        println!("{table}");
+        return Ok(());
+    }
     let config = Config::from_env();
     let max_events = *config.events.iter().max().expect("sizes");
     let t0 = Instant::now();

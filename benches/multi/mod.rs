@@ -1,0 +1,565 @@
+//! The many-sessions table of the comparison harness (issue 18): durable
+//! appends of many sessions from many threads, sessionlog against two I/O
+//! floors and SQLite, in one run.
+//!
+//! Workload: S sessions, W writer threads; thread t owns sessions
+//! t, t + W, t + 2W, .. and appends to them in turn, one batch at a time,
+//! until the cell's time is up. A batch is 16 events of ~150 B (a session's
+//! first batch opens a turn and a step, the rest are `assistant/chunk`
+//! events streaming text), so the figures are those of many agents
+//! streaming at once. Every batch must be durable when its call returns.
+//! Every session's first batch is appended before timing (its files are
+//! created then), so a cell measures the steady state of sessions that
+//! are already streaming; sessionlog keeps every session open
+//! (`max_open_sessions` at least the session count) as the floors keep
+//! every file open.
+//!
+//! Engines:
+//! - sessionlog `Durability::Sync` (one `Store` shared by the threads);
+//! - floor "per file": the batch's JSONL bytes, precomputed, one `write` to
+//!   the end of the session's own file and one `fdatasync` of that file;
+//! - "group syncfs": per-session files as in "per file", made durable by one
+//!   `syncfs` per group (leader/follower as below) instead of one
+//!   `fdatasync` each: a candidate design for a cross-session group commit
+//!   without a shared journal, measured rather than argued;
+//! - floor "shared log": the same bytes written to one file shared by every
+//!   thread (offsets handed out under a lock), then group commit: one
+//!   thread `fdatasync`s for every batch written before its call began, the
+//!   others wait for it (a leader/follower commit, as a database's WAL);
+//! - SQLite WAL `synchronous=FULL`, one connection per thread, one
+//!   transaction per batch (only at 8 writers: its one write lock makes more
+//!   threads only queue).
+//!
+//! Acknowledgement latency is the time from the call (write) to its return
+//! (durable), p50 and p99 over every batch of the cell.
+
+use rusqlite::{Connection, params};
+use sessionlog::build;
+use sessionlog::event::{Event, OwnedEvent};
+use sessionlog::header::SessionHeader;
+use sessionlog::store::{Durability, Options, Store};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Events per batch.
+pub const BATCH: usize = 16;
+
+/// The (writers, sessions) rows of the table.
+pub const ROWS: [(usize, usize); 6] = [
+    (8, 256),
+    (64, 256),
+    (256, 256),
+    (8, 4096),
+    (64, 4096),
+    (256, 4096),
+];
+
+/// The engines of the table, in column order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// sessionlog, `Durability::Sync`.
+    Sync,
+    /// One file per session, write + fdatasync.
+    PerFile,
+    /// One shared log, group commit.
+    SharedLog,
+    /// One file per session, group commit by one `syncfs` per group.
+    Syncfs,
+    /// SQLite WAL, synchronous=FULL.
+    Sqlite,
+}
+
+impl Engine {
+    pub const ALL: [Engine; 5] = [
+        Engine::Sync,
+        Engine::PerFile,
+        Engine::SharedLog,
+        Engine::Syncfs,
+        Engine::Sqlite,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Sync => "sessionlog Sync",
+            Engine::PerFile => "floor: file per session, write+fdatasync",
+            Engine::SharedLog => "floor: one shared log, group commit",
+            Engine::Syncfs => "file per session, group syncfs",
+            Engine::Sqlite => "SQLite WAL FULL",
+        }
+    }
+
+    pub fn short(self) -> &'static str {
+        match self {
+            Engine::Sync => "sync",
+            Engine::PerFile => "perfile",
+            Engine::SharedLog => "shared",
+            Engine::Syncfs => "syncfs",
+            Engine::Sqlite => "sqlite",
+        }
+    }
+
+    /// Whether the engine runs at `writers` threads.
+    pub fn runs_at(self, writers: usize) -> bool {
+        self != Engine::Sqlite || writers <= 8
+    }
+}
+
+/// One cell's outcome.
+#[derive(Debug, Clone, Default)]
+pub struct Cell {
+    pub events: u64,
+    pub secs: f64,
+    /// Acknowledgement latencies, µs, sorted.
+    pub lat_us: Vec<u32>,
+}
+
+impl Cell {
+    pub fn events_per_sec(&self) -> f64 {
+        self.events as f64 / self.secs
+    }
+
+    pub fn percentile(&self, p: f64) -> f64 {
+        if self.lat_us.is_empty() {
+            return f64::NAN;
+        }
+        let i = ((self.lat_us.len() - 1) as f64 * p).round() as usize;
+        f64::from(self.lat_us[i])
+    }
+}
+
+/// The events of every batch a session may append: batch k of a session
+/// holds seqs 16k .. 16k+15. The same events for every session (ids
+/// differ), built once.
+pub struct Batches {
+    /// `events[k]` = batch k.
+    events: Vec<Vec<OwnedEvent>>,
+    /// The JSONL bytes of batch k (for the floors and SQLite rows).
+    jsonl: Vec<Vec<u8>>,
+}
+
+impl Batches {
+    pub fn new(count: usize) -> Batches {
+        let piece = "streamed text of a reply, a few words at a time, as a model writes it out";
+        let mut events = Vec::with_capacity(count);
+        let mut jsonl = Vec::with_capacity(count);
+        for k in 0..count {
+            let first = (k * BATCH) as u64;
+            let batch: Vec<OwnedEvent> = (0..BATCH as u64)
+                .map(|i| {
+                    let seq = first + i;
+                    let time = 1_700_000_000_000 + seq as i64;
+                    match seq {
+                        0 => build::turn_start(seq, time, 1),
+                        1 => build::step_start(seq, time, 1, 1),
+                        _ => build::text_chunk(seq, time, 1, 1, piece),
+                    }
+                })
+                .collect();
+            let mut bytes = Vec::new();
+            for e in &batch {
+                bytes.extend_from_slice(e.to_json().as_bytes());
+                bytes.push(b'\n');
+            }
+            events.push(batch);
+            jsonl.push(bytes);
+        }
+        Batches { events, jsonl }
+    }
+
+    fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Mean JSONL bytes per event.
+    pub fn bytes_per_event(&self) -> f64 {
+        let b: usize = self.jsonl.iter().map(Vec::len).sum();
+        b as f64 / (self.len() * BATCH) as f64
+    }
+}
+
+/// Runs `work(thread, session, batch index)` on `writers` threads over
+/// `sessions` sessions until `cap` passes or a session runs out of
+/// batches; returns events appended, seconds and sorted latencies.
+fn drive(
+    writers: usize,
+    sessions: usize,
+    batches: &Batches,
+    cap: Duration,
+    work: &(dyn Fn(usize, usize, usize) -> Res<()> + Sync),
+) -> Res<Cell> {
+    // Every session's first batch is setup, untimed: the steady state of
+    // many streaming sessions is measured, not the creation of their files.
+    std::thread::scope(|scope| -> Res<()> {
+        let handles: Vec<_> = (0..writers)
+            .map(|t| {
+                scope.spawn(move || -> Res<()> {
+                    for s in (t..sessions).step_by(writers) {
+                        work(t, s, 0)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("writer thread")?;
+        }
+        Ok(())
+    })?;
+    let start = Instant::now();
+    let results: Vec<Res<(u64, Vec<u32>)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..writers)
+            .map(|t| {
+                scope.spawn(move || -> Res<(u64, Vec<u32>)> {
+                    let mine: Vec<usize> = (t..sessions).step_by(writers).collect();
+                    let mut lat = Vec::new();
+                    let mut events = 0u64;
+                    'outer: for k in 1..batches.len() {
+                        for &s in &mine {
+                            if start.elapsed() > cap {
+                                break 'outer;
+                            }
+                            let t0 = Instant::now();
+                            work(t, s, k)?;
+                            lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                            events += BATCH as u64;
+                        }
+                    }
+                    Ok((events, lat))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("writer thread"))
+            .collect()
+    });
+    let secs = start.elapsed().as_secs_f64();
+    let mut cell = Cell {
+        secs,
+        ..Cell::default()
+    };
+    for r in results {
+        let (events, lat) = r?;
+        cell.events += events;
+        cell.lat_us.extend(lat);
+    }
+    cell.lat_us.sort_unstable();
+    Ok(cell)
+}
+
+fn sessionlog_cell(
+    writers: usize,
+    sessions: usize,
+    b: &Batches,
+    dir: &Path,
+    cap: Duration,
+) -> Res<Cell> {
+    // Every session stays open, as the floors keep every file open (the
+    // default handle cache of 512 would reopen a session on each batch).
+    let options = Options {
+        durability: Durability::Sync,
+        max_open_sessions: sessions.max(Options::default().max_open_sessions),
+        ..Options::default()
+    };
+    let store = Store::open(dir, options)?;
+    let ids: Vec<String> = (0..sessions).map(|s| format!("s{s:05}")).collect();
+    for id in &ids {
+        store.create(SessionHeader::new(id.clone(), 1_700_000_000_000))?;
+    }
+    let cell = drive(writers, sessions, b, cap, &|_, s, k| {
+        let events: Vec<Event<'_>> = b.events[k].iter().map(|e| e.borrowed()).collect();
+        store.append(&ids[s], &events)?;
+        Ok(())
+    })?;
+    store.close()?;
+    Ok(cell)
+}
+
+/// One append-only file per session, created (and named in the directory) before timing.
+fn session_files(dir: &Path, sessions: usize) -> Res<Vec<Mutex<File>>> {
+    let files = (0..sessions)
+        .map(|s| {
+            OpenOptions::new()
+                .create_new(true)
+                .append(true)
+                .open(dir.join(format!("s{s:05}.jsonl")))
+                .map(Mutex::new)
+        })
+        .collect::<Result<_, _>>()?;
+    File::open(dir)?.sync_all()?;
+    Ok(files)
+}
+
+fn per_file_cell(
+    writers: usize,
+    sessions: usize,
+    b: &Batches,
+    dir: &Path,
+    cap: Duration,
+) -> Res<Cell> {
+    let files = session_files(dir, sessions)?;
+    drive(writers, sessions, b, cap, &|_, s, k| {
+        let mut f = files[s].lock().expect("file lock");
+        f.write_all(&b.jsonl[k])?;
+        f.sync_data()?;
+        Ok(())
+    })
+}
+
+/// A leader/follower group commit over one file: a batch is durable once a
+/// `sync_data` that began after its write completed has returned.
+struct GroupCommit {
+    state: Mutex<CommitState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct CommitState {
+    /// Next free offset of the shared file.
+    end: u64,
+    /// Writes completed so far (a write's ticket is this count after it).
+    written: u64,
+    /// Every write with a ticket up to this is durable.
+    synced: u64,
+    syncing: bool,
+}
+
+impl GroupCommit {
+    fn commit(&self, file: &File, bytes: &[u8]) -> Res<()> {
+        let at = {
+            let mut st = self.state.lock().expect("commit lock");
+            let at = st.end;
+            st.end += bytes.len() as u64;
+            at
+        };
+        file.write_all_at(bytes, at)?;
+        self.wait_durable(&|| file.sync_data())
+    }
+
+    /// Waits until a `sync` that began after the caller's write returned.
+    fn wait_durable(&self, sync: &dyn Fn() -> std::io::Result<()>) -> Res<()> {
+        let mut st = self.state.lock().expect("commit lock");
+        st.written += 1;
+        let ticket = st.written;
+        loop {
+            if st.synced >= ticket {
+                return Ok(());
+            }
+            if !st.syncing {
+                st.syncing = true;
+                let target = st.written;
+                drop(st);
+                let r = sync();
+                st = self.state.lock().expect("commit lock");
+                st.syncing = false;
+                if r.is_ok() {
+                    st.synced = target;
+                }
+                self.wake.notify_all();
+                r?;
+            } else {
+                st = self.wake.wait(st).expect("commit lock");
+            }
+        }
+    }
+}
+
+fn shared_log_cell(
+    writers: usize,
+    sessions: usize,
+    b: &Batches,
+    dir: &Path,
+    cap: Duration,
+) -> Res<Cell> {
+    let file = OpenOptions::new()
+        .create_new(true)
+        .read(true)
+        .write(true)
+        .open(dir.join("shared.log"))?;
+    File::open(dir)?.sync_all()?;
+    let gc = GroupCommit {
+        state: Mutex::new(CommitState::default()),
+        wake: Condvar::new(),
+    };
+    drive(writers, sessions, b, cap, &|_, _, k| {
+        gc.commit(&file, &b.jsonl[k])
+    })
+}
+
+fn syncfs_cell(
+    writers: usize,
+    sessions: usize,
+    b: &Batches,
+    dir: &Path,
+    cap: Duration,
+) -> Res<Cell> {
+    use std::os::fd::AsRawFd;
+    let files = session_files(dir, sessions)?;
+    let d = File::open(dir)?;
+    let gc = GroupCommit {
+        state: Mutex::new(CommitState::default()),
+        wake: Condvar::new(),
+    };
+    let syncfs = || {
+        // SAFETY: syncfs takes any open descriptor of the file system.
+        if unsafe { libc::syncfs(d.as_raw_fd()) } == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    drive(writers, sessions, b, cap, &|_, s, k| {
+        files[s].lock().expect("file lock").write_all(&b.jsonl[k])?;
+        gc.wait_durable(&syncfs)
+    })
+}
+
+fn sqlite_cell(
+    writers: usize,
+    sessions: usize,
+    b: &Batches,
+    dir: &Path,
+    cap: Duration,
+) -> Res<Cell> {
+    let path = dir.join("sessions.db");
+    {
+        let c = Connection::open(&path)?;
+        c.execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;
+             CREATE TABLE events (session TEXT NOT NULL, seq INTEGER NOT NULL,
+               body TEXT NOT NULL, PRIMARY KEY (session, seq)) WITHOUT ROWID;",
+        )?;
+    }
+    let conns: Vec<Mutex<Connection>> = (0..writers)
+        .map(|_| -> Res<Mutex<Connection>> {
+            let c = Connection::open(&path)?;
+            c.execute_batch("PRAGMA synchronous=FULL;")?;
+            c.busy_timeout(Duration::from_secs(60))?;
+            Ok(Mutex::new(c))
+        })
+        .collect::<Res<_>>()?;
+    let ids: Vec<String> = (0..sessions).map(|s| format!("s{s:05}")).collect();
+    drive(writers, sessions, b, cap, &|t, s, k| {
+        let mut c = conns[t].lock().expect("connection");
+        let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        {
+            let mut ins = tx.prepare_cached("INSERT INTO events VALUES (?1, ?2, ?3)")?;
+            for (i, line) in b.jsonl[k]
+                .split(|&c| c == b'\n')
+                .filter(|l| !l.is_empty())
+                .enumerate()
+            {
+                let seq = (k * BATCH + i) as i64;
+                ins.execute(params![ids[s], seq, std::str::from_utf8(line)?])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    })
+}
+
+/// Runs one cell in a fresh directory `dir` (removed after).
+pub fn run(
+    engine: Engine,
+    writers: usize,
+    sessions: usize,
+    b: &Batches,
+    dir: &Path,
+    cap: Duration,
+) -> Res<Cell> {
+    if dir.exists() {
+        fs::remove_dir_all(dir)?;
+    }
+    fs::create_dir_all(dir)?;
+    let cell = match engine {
+        Engine::Sync => sessionlog_cell(writers, sessions, b, dir, cap),
+        Engine::PerFile => per_file_cell(writers, sessions, b, dir, cap),
+        Engine::SharedLog => shared_log_cell(writers, sessions, b, dir, cap),
+        Engine::Syncfs => syncfs_cell(writers, sessions, b, dir, cap),
+        Engine::Sqlite => sqlite_cell(writers, sessions, b, dir, cap),
+    }?;
+    fs::remove_dir_all(dir)?;
+    Ok(cell)
+}
+
+/// Runs the table (engine order rotated per row) and returns it as
+/// markdown; progress on stderr.
+pub fn table(root: &Path, cap: Duration, rows: &[(usize, usize)]) -> Res<String> {
+    let b = Batches::new(4096);
+    let mut out = String::new();
+    use std::fmt::Write as _;
+    writeln!(
+        out,
+        "Batches of {BATCH} events ({:.0} B/event as JSONL), every append durable on return; events/s (p50 / p99 acknowledgement latency, µs). Each cell runs {:.0} s.\n",
+        b.bytes_per_event(),
+        cap.as_secs_f64()
+    )?;
+    writeln!(
+        out,
+        "| writers | sessions | {} | Sync / shared-log floor | Sync / per-file floor |",
+        Engine::ALL.map(Engine::name).join(" | ")
+    )?;
+    writeln!(
+        out,
+        "|---|---|{}---:|---:|",
+        "---:|".repeat(Engine::ALL.len())
+    )?;
+    for (ri, &(w, s)) in rows.iter().enumerate() {
+        let mut cells: Vec<Option<Cell>> = vec![None; Engine::ALL.len()];
+        for k in 0..Engine::ALL.len() {
+            let engine = Engine::ALL[(k + ri) % Engine::ALL.len()];
+            if !engine.runs_at(w) {
+                continue;
+            }
+            let dir = root.join(format!("multi-w{w}-s{s}-{}", engine.short()));
+            let cell = run(engine, w, s, &b, &dir, cap)?;
+            eprintln!(
+                "writers {w:>3} sessions {s:>4} {:<42} {:>9.0} ev/s p50 {:>6.0} µs p99 {:>7.0} µs",
+                engine.name(),
+                cell.events_per_sec(),
+                cell.percentile(0.5),
+                cell.percentile(0.99)
+            );
+            let i = Engine::ALL
+                .iter()
+                .position(|e| *e == engine)
+                .expect("engine");
+            cells[i] = Some(cell);
+        }
+        let rate = |e: Engine| {
+            cells[Engine::ALL.iter().position(|x| *x == e).expect("engine")]
+                .as_ref()
+                .map(Cell::events_per_sec)
+        };
+        let shown: Vec<String> = cells
+            .iter()
+            .map(|c| match c {
+                Some(c) => format!(
+                    "{:.0}k ({:.0} / {:.0})",
+                    c.events_per_sec() / 1e3,
+                    c.percentile(0.5),
+                    c.percentile(0.99)
+                ),
+                None => "-".into(),
+            })
+            .collect();
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => format!("{:.2}x", a / b),
+            _ => "-".into(),
+        };
+        writeln!(
+            out,
+            "| {w} | {s} | {} | {} | {} |",
+            shown.join(" | "),
+            ratio(rate(Engine::Sync), rate(Engine::SharedLog)),
+            ratio(rate(Engine::Sync), rate(Engine::PerFile)),
+        )?;
+    }
+    Ok(out)
+}
