@@ -1,7 +1,7 @@
 //! Packed chunk rows: runs of `assistant/chunk` events of one block written
 //! as one row, byte for byte as the harness's encoder writes them.
 
-use crate::adapters::bounded;
+use crate::adapters::{bounded, jsonl};
 use crate::event::Event;
 use crate::header::SessionHeader;
 use crate::json::{self, Fields};
@@ -378,24 +378,12 @@ pub fn write_session_packed<'e>(
     header: &SessionHeader,
     events: &'e [Event<'e>],
 ) -> io::Result<()> {
-    let mut buf = Vec::with_capacity(1 << 16);
-    header.write_json(&mut buf);
-    buf.push(b'\n');
-    for r in pack_chunks(events) {
-        r.write_json(&mut buf);
-        buf.push(b'\n');
-        if buf.len() >= 1 << 16 {
-            out.write_all(&buf)?;
-            buf.clear();
-        }
-    }
-    out.write_all(&buf)
+    jsonl::write_lines(out, header, pack_chunks(events), Row::write_json)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adapters::jsonl;
     use crate::event::OwnedEvent;
 
     fn chunk(seq: u64, time: i64, data: &str) -> OwnedEvent {
