@@ -7,10 +7,17 @@ use super::{BATCH_HEADER_LEN, FRAME_OVERHEAD, MAX_RECORD_LIMIT, SegmentError, in
 /// Record checksum: CRC-32 seeded with the segment salt over the 4 length
 /// bytes, then the payload.
 pub(super) fn frame_crc(salt: u32, len_bytes: &[u8], payload: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new_with_initial(salt);
-    h.update(len_bytes);
+    let mut h = frame_hasher(salt, len_bytes);
     h.update(payload);
     h.finalize()
+}
+
+/// The record checksum after the length bytes, for a payload that is read
+/// in pieces: feed it the payload, then `finalize` gives [`frame_crc`].
+pub(super) fn frame_hasher(salt: u32, len_bytes: &[u8]) -> crc32fast::Hasher {
+    let mut h = crc32fast::Hasher::new_with_initial(salt);
+    h.update(len_bytes);
+    h
 }
 
 /// The trailer stored after a payload: the record checksum XORed with the

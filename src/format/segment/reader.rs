@@ -2,7 +2,7 @@
 //! an active segment (and how far its committed records reach, for a reader
 //! without the writer lock), and maps of sealed segments.
 
-use super::frame::frame_trailer;
+use super::frame::{frame_hasher, frame_trailer};
 use super::scanner::BatchLoc;
 use super::{FOOTER_MAGIC, HEADER_LEN, MAX_RECORD_LIMIT, SegmentError, SegmentIdent};
 use crate::format::bytes::le_u32;
@@ -99,8 +99,7 @@ pub fn committed_end(
         if len == 0 || len > max_record.min(MAX_RECORD_LIMIT) {
             return Ok(Committed::Records { end: at });
         }
-        let mut h = crc32fast::Hasher::new_with_initial(salt);
-        h.update(&head[0..4]);
+        let mut h = frame_hasher(salt, &head[0..4]);
         let mut pos = at + 8;
         let payload_end = pos + u64::from(len);
         while pos < payload_end {
