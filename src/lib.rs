@@ -45,6 +45,7 @@ pub use model::{
 /// The bytes of every file the store writes (see `format-spec.md`): they
 /// know bytes, not JSON events.
 pub mod format {
+    pub(crate) mod bytes;
     pub mod checkpoint;
     pub mod codec;
     pub mod lineage;

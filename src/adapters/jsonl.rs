@@ -386,11 +386,23 @@ pub fn write_session<'e>(
     header: &SessionHeader,
     events: impl IntoIterator<Item = &'e Event<'e>>,
 ) -> io::Result<()> {
+    write_lines(out, header, events, |e, buf| e.write_json(buf))
+}
+
+/// Writes the header line, then one line per item (`line` writes an
+/// item's JSON, without the newline), through a 64 KiB buffer: every JSONL
+/// form (plain, packed rows) is written by this one loop.
+pub(crate) fn write_lines<T>(
+    out: &mut impl Write,
+    header: &SessionHeader,
+    items: impl IntoIterator<Item = T>,
+    mut line: impl FnMut(&T, &mut Vec<u8>),
+) -> io::Result<()> {
     let mut buf = Vec::with_capacity(1 << 16);
     header.write_json(&mut buf);
     buf.push(b'\n');
-    for e in events {
-        e.write_json(&mut buf);
+    for item in items {
+        line(&item, &mut buf);
         buf.push(b'\n');
         if buf.len() >= 1 << 16 {
             out.write_all(&buf)?;

@@ -27,6 +27,7 @@
 //! is *unaccounted*: reported by [`Registry::scan`], never deleted.
 
 use super::locks::{SessionLock, lock_key};
+use crate::format::bytes::le_u32;
 use crate::fsutil::{self, encode_session_dir_name};
 use crate::header::SessionHeader;
 use crate::vfs::Vfs;
@@ -108,20 +109,20 @@ pub(crate) fn decode_header(bytes: &[u8]) -> Result<(SessionHeader, [u8; 16]), S
     if bytes[0..8] != HEADER_MAGIC {
         return Err("bad magic (not a session HEADER)".into());
     }
-    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    let version = le_u32(bytes, 8);
     if version != HEADER_VERSION {
         return Err(format!(
             "HEADER format version {version}; this build reads only version {HEADER_VERSION}"
         ));
     }
-    let n = u32::from_le_bytes(bytes[28..32].try_into().expect("4 bytes")) as usize;
+    let n = le_u32(bytes, 28) as usize;
     if n > MAX_HEADER_JSON || bytes.len() != HEADER_FIXED + n {
         return Err(format!(
             "header length {n} does not match the file's {} bytes",
             bytes.len()
         ));
     }
-    let stored = u32::from_le_bytes(bytes[32..36].try_into().expect("4 bytes"));
+    let stored = le_u32(bytes, 32);
     let mut crc = crc32fast::Hasher::new();
     crc.update(&bytes[0..32]);
     crc.update(&bytes[HEADER_FIXED..]);

@@ -18,6 +18,7 @@
 //! | 16 | 24 n | entries: segment first seq u64, owner session uid [u8; 16] |
 //! | 16 + 24 n | 4 | CRC-32 of all preceding bytes |
 
+use crate::format::bytes::{le_u32, le_u64};
 use crate::fsutil;
 use crate::vfs::{RealFs, Vfs};
 use std::path::Path;
@@ -78,13 +79,13 @@ impl Lineage {
         if crc32fast::hash(body).to_le_bytes() != crc {
             return Err("lineage checksum mismatch".into());
         }
-        let version = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
+        let version = le_u32(body, 8);
         if version != VERSION {
             return Err(format!(
                 "lineage version {version} is not supported (this build reads {VERSION})"
             ));
         }
-        let n = u32::from_le_bytes(body[12..16].try_into().expect("4 bytes")) as usize;
+        let n = le_u32(body, 12) as usize;
         let entries = &body[16..];
         if entries.len() != n.saturating_mul(24) {
             return Err("lineage length does not match its entry count".into());
@@ -93,7 +94,7 @@ impl Lineage {
             entries
                 .chunks_exact(24)
                 .map(|e| {
-                    let seq = u64::from_le_bytes(e[..8].try_into().expect("8 bytes"));
+                    let seq = le_u64(e, 0);
                     (seq, e[8..].try_into().expect("16 bytes"))
                 })
                 .collect(),

@@ -30,6 +30,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::format::bytes::le_u32;
 use crate::fsutil::{self, TMP_SUFFIX};
 use crate::vfs::{RealFs, Vfs};
 
@@ -115,10 +116,6 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ManifestError + '_ {
         path: path.to_path_buf(),
         source,
     }
-}
-
-fn le_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
 /// Whether `dir` has no entries other than the temporary files of a
