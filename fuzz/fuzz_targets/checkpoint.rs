@@ -4,7 +4,7 @@
 //! proportion to its input, whatever the bytes; for a body produced by
 //! folding a sample session (cut into batches, with its derive cache and
 //! read indexes), `decode(encode(x)) == x`; and bodies damaged *with their
-//! checksums fixed* (so the bytes reach the bincode decoder) either fail to
+//! checksums fixed* (so the bytes reach the section decoders) either fail to
 //! decode or decode to a body that round-trips again. That last property
 //! runs only with `SESSIONLOG_FUZZ_CRAFTED=1`: checksummed bytes are trusted
 //! by design, so it is a hardening check, not the crash-safety contract.
@@ -126,7 +126,7 @@ fuzz_target!(|data: &[u8]| {
     let bytes = checkpoint::encode(&body);
     let back = checkpoint::decode(&bytes).expect("an encoded body decodes");
     assert!(back == body, "decode(encode(x)) != x");
-    // Damage with the checksums fixed: reach the bincode decoder.
+    // Damage with the checksums fixed: reach the section decoders.
     let mut damaged = bytes.clone();
     let payload_len = damaged.len() - CHECKPOINT_HEADER_LEN;
     let mut patched = false;

@@ -17,8 +17,8 @@
 use crate::event::{Event, SurfaceOp};
 use crate::json::{self, Fields};
 use crate::violation::{Rule, Violation};
-use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 
 /// Read access to the events of a session, for the rules that must look at
 /// an earlier event's payload (the tool/result rewrite rule, derive).
@@ -42,7 +42,7 @@ impl EventSource for Vec<Event<'_>> {
 }
 
 /// The three surface-eligible event types.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NodeKind {
     /// `user/message`.
     User,
@@ -65,23 +65,25 @@ impl NodeKind {
 }
 
 /// "No node": the end of a link.
-const NIL: u32 = u32::MAX;
+pub(crate) const NIL: u32 = u32::MAX;
 
 /// One node ever placed on the surface: its seq, links (indices into
-/// [`Surface::nodes`]) and order label. A shadowed node stays in the vector,
-/// marked not live, so the vector stays sorted by seq and indices stay valid.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct Node {
-    seq: u64,
-    prev: u32,
-    next: u32,
-    label: u64,
-    kind: NodeKind,
-    live: bool,
+/// [`Surface::nodes`], [`NIL`] for none) and order label. A shadowed node
+/// stays in the vector, marked not live, so the vector stays sorted by seq
+/// and indices stay valid. Plain data: the checkpoint codec reads and builds
+/// nodes ([`SurfaceParts`]); [`Surface::from_parts`] checks them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Node {
+    pub(crate) seq: u64,
+    pub(crate) prev: u32,
+    pub(crate) next: u32,
+    pub(crate) label: u64,
+    pub(crate) kind: NodeKind,
+    pub(crate) live: bool,
 }
 
 /// One applied replacement, kept as history.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replacement {
     /// The replacing event.
     pub seq: u64,
@@ -93,13 +95,13 @@ pub struct Replacement {
     pub shadowed_seqs: Vec<u64>,
 }
 
-/// The surface of one session. Serialisable, for checkpoints.
+/// The surface of one session.
 ///
 /// Nodes live in one vector in seq order: seqs only grow, so a new node (an
 /// append, or a replacement) is always pushed at the end, and a node is found
 /// by binary search. Links are vector indices, so walking the list and
 /// appending touch no hash table; shadowed nodes are marked, not removed.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct Surface {
     nodes: Vec<Node>,
     head: u32,
@@ -142,6 +144,28 @@ impl PartialEq for Surface {
             && self.last_processed_seq == other.last_processed_seq
             && self.replacements == other.replacements
     }
+}
+
+/// A surface as plain data, for the checkpoint codec (which knows the bytes;
+/// the model knows what makes a surface well formed). The live count and
+/// `replaceGeneration` are not parts: they follow from the nodes and the
+/// replacement history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SurfaceParts<'a> {
+    /// Every node ever placed, in seq order.
+    pub(crate) nodes: Cow<'a, [Node]>,
+    /// The first node's index, or [`NIL`].
+    pub(crate) head: u32,
+    /// The last node's index, or [`NIL`].
+    pub(crate) tail: u32,
+    /// The label the next append takes.
+    pub(crate) next_label: u64,
+    /// The last event folded in.
+    pub(crate) last_processed_seq: Option<u64>,
+    /// The replacement history, oldest first.
+    pub(crate) replacements: Cow<'a, [Replacement]>,
+    /// See [`Surface::undo_epoch`].
+    pub(crate) undo_epoch: u64,
 }
 
 /// What [`Surface::check`] decided an event does.
@@ -252,6 +276,59 @@ impl Surface {
     /// Node seqs in surface order.
     pub fn seqs(&self) -> Vec<u64> {
         self.iter().collect()
+    }
+
+    /// The surface as plain data, borrowed (see [`SurfaceParts`]).
+    pub(crate) fn parts(&self) -> SurfaceParts<'_> {
+        SurfaceParts {
+            nodes: Cow::Borrowed(&self.nodes),
+            head: self.head,
+            tail: self.tail,
+            next_label: self.next_label,
+            last_processed_seq: self.last_processed_seq,
+            replacements: Cow::Borrowed(&self.replacements),
+            undo_epoch: self.undo_epoch,
+        }
+    }
+
+    /// A surface from plain data, if it is well formed ([`Surface::validate`],
+    /// every link in range, every label below the next one): the parts come
+    /// from a file, and a checksum only proves they are the bytes written.
+    pub(crate) fn from_parts(parts: SurfaceParts<'_>) -> Result<Surface, String> {
+        let nodes = parts.nodes.into_owned();
+        if nodes.len() >= NIL as usize {
+            return Err(format!(
+                "{} nodes, at most {} allowed",
+                nodes.len(),
+                NIL - 1
+            ));
+        }
+        let in_range = |i: u32| i == NIL || (i as usize) < nodes.len();
+        if let Some(n) = nodes
+            .iter()
+            .find(|n| !in_range(n.prev) || !in_range(n.next))
+        {
+            return Err(format!("node {} links outside the node list", n.seq));
+        }
+        if let Some(n) = nodes.iter().find(|n| n.label >= parts.next_label) {
+            return Err(format!(
+                "node {} has label {}, not below the next label {}",
+                n.seq, n.label, parts.next_label
+            ));
+        }
+        let surface = Surface {
+            live: nodes.iter().filter(|n| n.live).count(),
+            nodes,
+            head: parts.head,
+            tail: parts.tail,
+            next_label: parts.next_label,
+            replace_generation: parts.replacements.len() as u64,
+            last_processed_seq: parts.last_processed_seq,
+            replacements: parts.replacements.into_owned(),
+            undo_epoch: parts.undo_epoch,
+        };
+        surface.validate()?;
+        Ok(surface)
     }
 
     /// Checks the surface's own structure: sorted seqs, links in range and
