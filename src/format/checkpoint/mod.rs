@@ -182,10 +182,10 @@ pub enum CheckpointError {
     Corrupt(String),
     /// A section passed its checksum but does not hold what its encoding
     /// (`format-spec.md` section 5) allows: a writer's bug or crafted bytes.
-    #[error("checkpoint is corrupt: section {section} at file offset {offset}: {reason}")]
+    #[error("checkpoint is corrupt: section {} at file offset {offset}: {reason}", .section.name())]
     Malformed {
-        /// The section's name (`HEAD`, `STATE`, `DERIVE`).
-        section: &'static str,
+        /// The section (`HEAD`, `STATE` or `DERIVE`).
+        section: Section,
         /// File offset of the value that is wrong.
         offset: u64,
         /// What is wrong.

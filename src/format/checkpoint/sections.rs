@@ -245,7 +245,7 @@ impl<'a> Reader<'a> {
 
     fn err_at(&self, at: usize, reason: impl Into<String>) -> CheckpointError {
         CheckpointError::Malformed {
-            section: self.section.name(),
+            section: self.section,
             offset: (self.base + at) as u64,
             reason: reason.into(),
         }
@@ -494,7 +494,7 @@ pub(super) fn decode_state(
         invariants,
     })
     .map_err(|why| CheckpointError::Malformed {
-        section: Section::State.name(),
+        section: Section::State,
         offset: end as u64,
         reason: format!("the state and HEAD disagree: {why}"),
     })

@@ -273,15 +273,26 @@ fn huge_length_claims_are_refused_before_allocating() {
     let mut head = encode_head_prefix();
     head.extend_from_slice(&[1, 1, 0x80, 0x80, 0x80, 0x80, 0x08]);
     let e = decode(&with_section(Section::Head, &head)).unwrap_err();
+    // The claim's varint follows the two option tags; HEAD starts at 120.
+    let at = (CHECKPOINT_HEADER_LEN + head.len() - 5) as u64;
     assert!(
-        matches!(&e, CheckpointError::Malformed { section: "HEAD", reason, .. } if reason.contains("runs past")),
+        matches!(&e, CheckpointError::Malformed { section: Section::Head, offset, reason }
+            if *offset == at && reason.contains("runs past")),
         "{e}"
     );
-    // STATE claiming 2^40 surface nodes.
-    let state = [0x80, 0x80, 0x80, 0x80, 0x80, 0x20];
-    let e = decode(&with_section(Section::State, &state)).unwrap_err();
     assert!(
-        matches!(&e, CheckpointError::Malformed { section: "STATE", offset, reason } if reason.contains("cannot fit") && *offset > CHECKPOINT_HEADER_LEN as u64),
+        e.to_string()
+            .contains(&format!("section HEAD at file offset {at}")),
+        "{e}"
+    );
+    // STATE claiming 2^40 surface nodes, right at its start.
+    let state = [0x80, 0x80, 0x80, 0x80, 0x80, 0x20];
+    let file = with_section(Section::State, &state);
+    let at = sections(&file).unwrap()[Section::State as usize].start as u64;
+    let e = decode(&file).unwrap_err();
+    assert!(
+        matches!(&e, CheckpointError::Malformed { section: Section::State, offset, reason }
+            if *offset == at && reason.contains("cannot fit")),
         "{e}"
     );
 }
