@@ -51,6 +51,7 @@ pub mod format {
     pub mod lineage;
     pub mod manifest;
     pub mod segment;
+    pub mod varint;
 }
 pub use format::{checkpoint, codec, lineage, manifest, segment};
 

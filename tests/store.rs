@@ -833,13 +833,19 @@ fn a_checksummed_but_inconsistent_checkpoint_is_not_trusted() {
     let log = long_log(10);
     write_closed_store(dir.path(), &log);
     let path = segment_path(dir.path()).with_file_name("CHECKPOINT");
-    let body = checkpoint::decode(&std::fs::read(&path).unwrap()).unwrap();
-    // A cycle in the surface list, written with valid checksums.
-    let mut state = serde_json::to_value(&body.state).unwrap();
-    state["surface"]["nodes"][1]["next"] = serde_json::json!(0);
-    let mut bad = body.clone();
-    bad.state = serde_json::from_value(state).unwrap();
-    std::fs::write(&path, checkpoint::encode(&bad)).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let body = checkpoint::decode(&bytes).unwrap();
+    // A cycle in the surface list, written with valid checksums. STATE
+    // starts with the surface's nodes (format-spec.md section 5): their
+    // count, then per node its seq, prev and next links (index + 1, 0 for
+    // none), label, kind and live flag, one byte each here. Node 1's next
+    // link is pointed back at node 0.
+    let at = checkpoint::sections(&bytes).unwrap()[checkpoint::Section::State as usize].start;
+    let mut bad = bytes.clone();
+    assert_eq!(&bad[at..at + 13], &[10, 1, 0, 2, 0, 0, 1, 4, 1, 3, 1, 0, 1]);
+    bad[at + 9] = 1;
+    checkpoint::fix_checksums(&mut bad).unwrap();
+    std::fs::write(&path, bad).unwrap();
     let store = Store::open(dir.path(), small_opts()).unwrap();
     // Reading events uses only the checkpoint's batch index, which is sound.
     assert_eq!(store.load("s").unwrap().1, log);

@@ -14,8 +14,8 @@
 
 use crate::json::{self, Fields};
 use crate::surface::{EventSource, NodeKind, Surface};
-use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::ops::Range;
 
 /// One derived message, borrowing from the stored payloads.
@@ -92,8 +92,10 @@ impl Message<'_> {
 }
 
 /// Where a message's pieces lie inside its event's `data` (byte ranges).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-enum Shape {
+/// Plain data, for the checkpoint codec: a range that does not fit the data
+/// is never sliced (see `materialise`), so any values are safe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Shape {
     Verbatim(Range<u32>),
     FlatAssistant {
         content: Range<u32>,
@@ -195,13 +197,25 @@ fn materialise_unchecked<'a>(data: &'a str, shape: &Shape) -> Message<'a> {
 }
 
 /// One cached message: its node and where its pieces lie.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct CachedMessage {
-    seq: u64,
-    shape: Shape,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CachedMessage {
+    pub(crate) seq: u64,
+    pub(crate) shape: Shape,
 }
 
-/// The incremental derive cache. Serialisable, for checkpoints.
+/// A derive cache as plain data, for the checkpoint codec (which knows the
+/// bytes). Any values make a cache that is safe to use: a stale cache is
+/// rebuilt ([`DeriveCache::needs_rebuild`]) and a range that does not fit
+/// its data is a [`MissingEvent`], never a slice out of bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DeriveParts<'a> {
+    pub(crate) generation: u64,
+    pub(crate) undo_epoch: u64,
+    pub(crate) last_node: Option<u64>,
+    pub(crate) entries: Cow<'a, [CachedMessage]>,
+}
+
+/// The incremental derive cache.
 ///
 /// ```
 /// use sessionlog::derive::DeriveCache;
@@ -215,7 +229,7 @@ struct CachedMessage {
 /// let msgs: Vec<String> = cache.messages(&log).map(|m| m.unwrap().to_json()).collect();
 /// assert_eq!(msgs, vec![r#"{"role":"user","content":[]}"#]);
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeriveCache {
     generation: u64,
     undo_epoch: u64,
@@ -224,6 +238,26 @@ pub struct DeriveCache {
 }
 
 impl DeriveCache {
+    /// The cache as plain data, borrowed (see [`DeriveParts`]).
+    pub(crate) fn parts(&self) -> DeriveParts<'_> {
+        DeriveParts {
+            generation: self.generation,
+            undo_epoch: self.undo_epoch,
+            last_node: self.last_node,
+            entries: Cow::Borrowed(&self.entries),
+        }
+    }
+
+    /// A cache from plain data.
+    pub(crate) fn from_parts(parts: DeriveParts<'_>) -> DeriveCache {
+        DeriveCache {
+            generation: parts.generation,
+            undo_epoch: parts.undo_epoch,
+            last_node: parts.last_node,
+            entries: parts.entries.into_owned(),
+        }
+    }
+
     /// Brings the cache up to date with `surface`: O(new nodes) when no
     /// replacement happened since the last update, a rebuild otherwise.
     pub fn update(

@@ -9,7 +9,6 @@ use crate::header::ParsedHeader;
 use crate::json::{self, Fields};
 use crate::repair::result_call_id;
 use crate::violation::{Location, Rule, Violation};
-use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 /// The event vocabulary lives with the envelope ([`crate::event`]); kept
@@ -33,8 +32,8 @@ pub fn check_header(parsed: &ParsedHeader) -> Result<(), Violation> {
     Ok(())
 }
 
-/// The turn/step structure seen so far. Serialisable, for checkpoints.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// The turn/step structure seen so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Invariants {
     last_turn: i64,
     open_turn: Option<i64>,
@@ -44,7 +43,53 @@ pub struct Invariants {
     calls: Vec<String>,
 }
 
+/// The invariants' state as plain data, for the checkpoint codec (which
+/// knows the bytes). Turn and step numbers come from events as JavaScript
+/// safe integers, which [`Invariants::from_parts`] checks (the checks add
+/// one to them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct InvariantsParts {
+    pub(crate) last_turn: i64,
+    pub(crate) open_turn: Option<i64>,
+    pub(crate) last_step: i64,
+    pub(crate) open_step: Option<i64>,
+    pub(crate) calls: Vec<String>,
+}
+
 impl Invariants {
+    /// The state as plain data (see [`InvariantsParts`]).
+    pub(crate) fn parts(&self) -> InvariantsParts {
+        let i = self.clone();
+        InvariantsParts {
+            last_turn: i.last_turn,
+            open_turn: i.open_turn,
+            last_step: i.last_step,
+            open_step: i.open_step,
+            calls: i.calls,
+        }
+    }
+
+    /// The state from plain data, if every turn and step number is a
+    /// JavaScript safe integer (as every number read from an event is).
+    pub(crate) fn from_parts(parts: InvariantsParts) -> Result<Invariants, String> {
+        let numbers = [parts.last_turn, parts.last_step]
+            .into_iter()
+            .chain(parts.open_turn)
+            .chain(parts.open_step);
+        for n in numbers {
+            if n.unsigned_abs() > json::MAX_SAFE_INTEGER {
+                return Err(format!("turn or step number {n} is not a safe integer"));
+            }
+        }
+        Ok(Invariants {
+            last_turn: parts.last_turn,
+            open_turn: parts.open_turn,
+            last_step: parts.last_step,
+            open_step: parts.open_step,
+            calls: parts.calls,
+        })
+    }
+
     /// Checks `event` against the structure so far, without changing it.
     pub fn check(&self, event: &Event<'_>) -> Result<(), Violation> {
         let seq = event.seq;

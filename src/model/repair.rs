@@ -11,7 +11,6 @@
 
 use crate::event::{Event, OwnedEvent, SurfaceOp};
 use crate::json::{self, Valid};
-use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::io::Write;
@@ -23,27 +22,40 @@ pub const OUTCOME_UNKNOWN_TEXT: &str = "The tool call was interrupted after it w
 pub const NOT_STARTED_TEXT: &str = "The tool call was interrupted before the Harness recorded it as started. Retry it if it is still needed.";
 
 /// An open turn: its `turn` value as raw JSON (absent when the event had none).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct OpenTurn {
-    turn: Option<String>,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OpenTurn {
+    pub(crate) turn: Option<String>,
 }
 
 /// An open step: its `turn` and `step` values as raw JSON.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct OpenStep {
-    turn: Option<String>,
-    step: Option<String>,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OpenStep {
+    pub(crate) turn: Option<String>,
+    pub(crate) step: Option<String>,
 }
 
 /// A tool call requested by the model and not yet answered.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct PendingCall {
-    call_id: String,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PendingCall {
+    pub(crate) call_id: String,
     /// The seq of the `tool/call` event logged for it, if any.
-    call_seq: Option<u64>,
+    pub(crate) call_seq: Option<u64>,
 }
 
-/// Follows what a crash would leave open. Serialisable, for checkpoints.
+/// A repair tracker as plain data, for the checkpoint codec (which knows the
+/// bytes; the tracker knows what it can use). Owned: a tracker holds one
+/// turn's open calls, so copying it out costs little.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RepairParts {
+    pub(crate) turn: Option<OpenTurn>,
+    pub(crate) step: Option<OpenStep>,
+    pub(crate) pending: Vec<PendingCall>,
+    pub(crate) logged_calls: Vec<(String, u64)>,
+    pub(crate) next_seq: u64,
+    pub(crate) last_time: i64,
+}
+
+/// Follows what a crash would leave open.
 ///
 /// ```
 /// use sessionlog::event::Event;
@@ -53,7 +65,7 @@ struct PendingCall {
 /// let closers = t.closers();
 /// assert_eq!(closers[0].to_json(), r#"{"type":"turn/end","seq":1,"time":9,"data":{"turn":1,"reason":{"kind":"interrupted"}}}"#);
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RepairTracker {
     turn: Option<OpenTurn>,
     step: Option<OpenStep>,
@@ -121,6 +133,43 @@ impl RepairTracker {
             }
             _ => {}
         }
+    }
+
+    /// The tracker as plain data (see [`RepairParts`]).
+    pub(crate) fn parts(&self) -> RepairParts {
+        let t = self.clone();
+        RepairParts {
+            turn: t.turn,
+            step: t.step,
+            pending: t.pending,
+            logged_calls: t.logged_calls,
+            next_seq: t.next_seq,
+            last_time: t.last_time,
+        }
+    }
+
+    /// A tracker from plain data, if the closers it yields are JSON: the
+    /// `turn` and `step` texts are written into closer payloads as they are,
+    /// so each must be one JSON value.
+    pub(crate) fn from_parts(parts: RepairParts) -> Result<RepairTracker, String> {
+        let texts = [
+            parts.turn.as_ref().and_then(|t| t.turn.as_deref()),
+            parts.step.as_ref().and_then(|s| s.turn.as_deref()),
+            parts.step.as_ref().and_then(|s| s.step.as_deref()),
+        ];
+        for text in texts.into_iter().flatten() {
+            if serde_json::from_str::<&RawValue>(text).is_err() {
+                return Err(format!("an open turn or step number {text:?} is not JSON"));
+            }
+        }
+        Ok(RepairTracker {
+            turn: parts.turn,
+            step: parts.step,
+            pending: parts.pending,
+            logged_calls: parts.logged_calls,
+            next_seq: parts.next_seq,
+            last_time: parts.last_time,
+        })
     }
 
     fn reset_calls(&mut self) {

@@ -9,11 +9,9 @@ use crate::invariants::Invariants;
 use crate::repair::RepairTracker;
 use crate::surface::{EventSource, Surface, Undo};
 use crate::violation::{Rule, Violation};
-use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 /// Everything the model knows about a session's log, folded event by event.
-/// Serialisable, for checkpoints.
 ///
 /// ```
 /// use sessionlog::event::Event;
@@ -28,7 +26,7 @@ use serde_json::value::RawValue;
 /// assert_eq!(state.surface().seqs(), vec![1]);
 /// assert_eq!(state.closers().len(), 1); // turn/end, interrupted
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SessionState {
     next_seq: u64,
     surface: Surface,
@@ -36,7 +34,49 @@ pub struct SessionState {
     invariants: Option<Invariants>,
 }
 
+/// A session state as its parts, for the checkpoint codec (which stores
+/// each part in its own encoding; see [`SessionState::from_parts`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SessionParts {
+    pub(crate) next_seq: u64,
+    pub(crate) surface: Surface,
+    pub(crate) repair: RepairTracker,
+    pub(crate) invariants: Option<Invariants>,
+}
+
 impl SessionState {
+    /// A state from its parts, if they describe the same log position: the
+    /// surface last processed the event before `next_seq` and the repair
+    /// tracker expects `next_seq` next (every fold moves all three).
+    pub(crate) fn from_parts(parts: SessionParts) -> Result<SessionState, String> {
+        let last = parts.next_seq.checked_sub(1);
+        if parts.surface.last_processed_seq() != last {
+            return Err(format!(
+                "the surface last processed seq {:?}, but the next seq is {}",
+                parts.surface.last_processed_seq(),
+                parts.next_seq
+            ));
+        }
+        if parts.repair.next_seq() != parts.next_seq {
+            return Err(format!(
+                "the repair tracker expects seq {}, but the next seq is {}",
+                parts.repair.next_seq(),
+                parts.next_seq
+            ));
+        }
+        Ok(SessionState {
+            next_seq: parts.next_seq,
+            surface: parts.surface,
+            repair: parts.repair,
+            invariants: parts.invariants,
+        })
+    }
+
+    /// The strict-mode invariants' state (`None` when not strict).
+    pub(crate) fn invariants(&self) -> Option<&Invariants> {
+        self.invariants.as_ref()
+    }
+
     /// An empty session; `strict` enables the invariants of section 8.
     pub fn new(strict: bool) -> Self {
         SessionState {

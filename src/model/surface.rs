@@ -17,8 +17,8 @@
 use crate::event::{Event, SurfaceOp};
 use crate::json::{self, Fields};
 use crate::violation::{Rule, Violation};
-use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 
 /// Read access to the events of a session, for the rules that must look at
 /// an earlier event's payload (the tool/result rewrite rule, derive).
@@ -42,7 +42,7 @@ impl EventSource for Vec<Event<'_>> {
 }
 
 /// The three surface-eligible event types.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NodeKind {
     /// `user/message`.
     User,
@@ -65,23 +65,25 @@ impl NodeKind {
 }
 
 /// "No node": the end of a link.
-const NIL: u32 = u32::MAX;
+pub(crate) const NIL: u32 = u32::MAX;
 
 /// One node ever placed on the surface: its seq, links (indices into
-/// [`Surface::nodes`]) and order label. A shadowed node stays in the vector,
-/// marked not live, so the vector stays sorted by seq and indices stay valid.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct Node {
-    seq: u64,
-    prev: u32,
-    next: u32,
-    label: u64,
-    kind: NodeKind,
-    live: bool,
+/// [`Surface::nodes`], [`NIL`] for none) and order label. A shadowed node
+/// stays in the vector, marked not live, so the vector stays sorted by seq
+/// and indices stay valid. Plain data: the checkpoint codec reads and builds
+/// nodes ([`SurfaceParts`]); [`Surface::from_parts`] checks them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Node {
+    pub(crate) seq: u64,
+    pub(crate) prev: u32,
+    pub(crate) next: u32,
+    pub(crate) label: u64,
+    pub(crate) kind: NodeKind,
+    pub(crate) live: bool,
 }
 
 /// One applied replacement, kept as history.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replacement {
     /// The replacing event.
     pub seq: u64,
@@ -93,13 +95,13 @@ pub struct Replacement {
     pub shadowed_seqs: Vec<u64>,
 }
 
-/// The surface of one session. Serialisable, for checkpoints.
+/// The surface of one session.
 ///
 /// Nodes live in one vector in seq order: seqs only grow, so a new node (an
 /// append, or a replacement) is always pushed at the end, and a node is found
 /// by binary search. Links are vector indices, so walking the list and
 /// appending touch no hash table; shadowed nodes are marked, not removed.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct Surface {
     nodes: Vec<Node>,
     head: u32,
@@ -142,6 +144,28 @@ impl PartialEq for Surface {
             && self.last_processed_seq == other.last_processed_seq
             && self.replacements == other.replacements
     }
+}
+
+/// A surface as plain data, for the checkpoint codec (which knows the bytes;
+/// the model knows what makes a surface well formed). The live count and
+/// `replaceGeneration` are not parts: they follow from the nodes and the
+/// replacement history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SurfaceParts<'a> {
+    /// Every node ever placed, in seq order.
+    pub(crate) nodes: Cow<'a, [Node]>,
+    /// The first node's index, or [`NIL`].
+    pub(crate) head: u32,
+    /// The last node's index, or [`NIL`].
+    pub(crate) tail: u32,
+    /// The label the next append takes.
+    pub(crate) next_label: u64,
+    /// The last event folded in.
+    pub(crate) last_processed_seq: Option<u64>,
+    /// The replacement history, oldest first.
+    pub(crate) replacements: Cow<'a, [Replacement]>,
+    /// See [`Surface::undo_epoch`].
+    pub(crate) undo_epoch: u64,
 }
 
 /// What [`Surface::check`] decided an event does.
@@ -252,6 +276,59 @@ impl Surface {
     /// Node seqs in surface order.
     pub fn seqs(&self) -> Vec<u64> {
         self.iter().collect()
+    }
+
+    /// The surface as plain data, borrowed (see [`SurfaceParts`]).
+    pub(crate) fn parts(&self) -> SurfaceParts<'_> {
+        SurfaceParts {
+            nodes: Cow::Borrowed(&self.nodes),
+            head: self.head,
+            tail: self.tail,
+            next_label: self.next_label,
+            last_processed_seq: self.last_processed_seq,
+            replacements: Cow::Borrowed(&self.replacements),
+            undo_epoch: self.undo_epoch,
+        }
+    }
+
+    /// A surface from plain data, if it is well formed ([`Surface::validate`],
+    /// every link in range, every label below the next one): the parts come
+    /// from a file, and a checksum only proves they are the bytes written.
+    pub(crate) fn from_parts(parts: SurfaceParts<'_>) -> Result<Surface, String> {
+        let nodes = parts.nodes.into_owned();
+        if nodes.len() >= NIL as usize {
+            return Err(format!(
+                "{} nodes, at most {} allowed",
+                nodes.len(),
+                NIL - 1
+            ));
+        }
+        let in_range = |i: u32| i == NIL || (i as usize) < nodes.len();
+        if let Some(n) = nodes
+            .iter()
+            .find(|n| !in_range(n.prev) || !in_range(n.next))
+        {
+            return Err(format!("node {} links outside the node list", n.seq));
+        }
+        if let Some(n) = nodes.iter().find(|n| n.label >= parts.next_label) {
+            return Err(format!(
+                "node {} has label {}, not below the next label {}",
+                n.seq, n.label, parts.next_label
+            ));
+        }
+        let surface = Surface {
+            live: nodes.iter().filter(|n| n.live).count(),
+            nodes,
+            head: parts.head,
+            tail: parts.tail,
+            next_label: parts.next_label,
+            replace_generation: parts.replacements.len() as u64,
+            last_processed_seq: parts.last_processed_seq,
+            replacements: parts.replacements.into_owned(),
+            undo_epoch: parts.undo_epoch,
+        };
+        surface.validate()?;
+        Ok(surface)
     }
 
     /// Checks the surface's own structure: sorted seqs, links in range and
@@ -634,212 +711,4 @@ pub fn is_nested(data: &RawValue) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event::OwnedEvent;
-
-    fn ev(
-        kind: &str,
-        seq: u64,
-        data: &str,
-        op: Option<SurfaceOp>,
-        src: Option<Vec<u64>>,
-    ) -> OwnedEvent {
-        let mut e = OwnedEvent::new(kind, seq, 0, data).unwrap();
-        e.surface_op = op;
-        e.source_event_seqs = src;
-        e
-    }
-
-    fn user(seq: u64) -> OwnedEvent {
-        ev("user/message", seq, "{}", Some(SurfaceOp::Append), None)
-    }
-
-    fn replace(seq: u64, start: u64, end: u64, src: Vec<u64>) -> OwnedEvent {
-        ev(
-            "user/message",
-            seq,
-            "{}",
-            Some(SurfaceOp::Replace { start, end }),
-            Some(src),
-        )
-    }
-
-    fn build(events: &[OwnedEvent]) -> Result<Surface, Violation> {
-        let log = events.to_vec();
-        let mut s = Surface::new();
-        for e in events {
-            s.fold(e, &log)?;
-        }
-        Ok(s)
-    }
-
-    #[test]
-    fn append_and_replace_in_place() {
-        let log = vec![
-            user(0),
-            user(1),
-            user(2),
-            user(3),
-            replace(4, 1, 2, vec![1, 2]),
-        ];
-        let s = build(&log).unwrap();
-        assert_eq!(s.seqs(), vec![0, 4, 3]);
-        assert_eq!(s.replace_generation(), 1);
-        assert_eq!(s.replacements()[0].shadowed_seqs, vec![1, 2]);
-        assert_eq!(s.last_processed_seq(), Some(4));
-        // Label order follows list order after a replace.
-        let mut log2 = log.clone();
-        log2.push(replace(5, 4, 3, vec![4, 3]));
-        assert_eq!(build(&log2).unwrap().seqs(), vec![0, 5]);
-        let mut log3 = log;
-        log3.push(replace(5, 3, 4, vec![4, 3]));
-        assert_eq!(build(&log3).unwrap_err().rule, Rule::ReplaceRange);
-    }
-
-    #[test]
-    fn replace_endpoints_must_be_on_surface() {
-        let log = vec![
-            user(0),
-            user(1),
-            replace(2, 0, 0, vec![0]),
-            replace(3, 0, 1, vec![0, 1]),
-        ];
-        let v = build(&log).unwrap_err();
-        assert_eq!((v.rule, v.seq()), (Rule::ReplaceRange, Some(3)));
-        let log = vec![user(0), replace(1, 0, 7, vec![0])];
-        assert_eq!(build(&log).unwrap_err().rule, Rule::ReplaceRange);
-        let log = vec![user(0), user(1), replace(2, 1, 0, vec![0, 1])];
-        assert_eq!(build(&log).unwrap_err().rule, Rule::ReplaceRange);
-    }
-
-    #[test]
-    fn provenance_rules() {
-        let tr = |seq, src| ev("tool/result", seq, "{}", Some(SurfaceOp::Append), Some(src));
-        assert_eq!(
-            build(&[user(0), tr(1, vec![])]).unwrap_err().rule,
-            Rule::Provenance
-        );
-        assert_eq!(
-            build(&[user(0), tr(1, vec![1])]).unwrap_err().rule,
-            Rule::Provenance
-        );
-        assert_eq!(
-            build(&[user(0), user(1), tr(2, vec![1, 0, 1])])
-                .unwrap_err()
-                .rule,
-            Rule::Provenance
-        );
-        assert!(build(&[user(0), user(1), tr(2, vec![1, 0])]).is_ok());
-        let am = ev(
-            "assistant/message",
-            0,
-            "{}",
-            Some(SurfaceOp::Append),
-            Some(vec![]),
-        );
-        assert!(build(&[am]).is_ok());
-    }
-
-    #[test]
-    fn replace_sources_must_cover() {
-        let log = vec![user(0), user(1), replace(2, 0, 1, vec![0])];
-        assert_eq!(build(&log).unwrap_err().rule, Rule::ReplaceSources);
-        let mut r = replace(2, 0, 0, vec![0]);
-        r.source_event_seqs = None;
-        assert_eq!(
-            build(&[user(0), user(1), r]).unwrap_err().rule,
-            Rule::ReplaceSources
-        );
-    }
-
-    #[test]
-    fn tool_result_rewrite_rule() {
-        let nested = |text: &str| {
-            format!(
-                r#"{{"turn":1,"step":1,"message":{{"role":"user","source":{{"kind":"tool","callId":"c"}},"content":[{{"type":"tool-result","toolCallId":"c","content":[{{"type":"text","text":"{text}"}}],"isError":false}}]}}}}"#
-            )
-        };
-        let tr = |seq, data: &str, op| ev("tool/result", seq, data, Some(op), Some(vec![0]));
-        let rep = SurfaceOp::Replace { start: 1, end: 1 };
-        let ok = vec![
-            user(0),
-            tr(1, &nested("long"), SurfaceOp::Append),
-            tr(2, &nested("short"), rep),
-        ];
-        let mut ok = ok;
-        ok[2].source_event_seqs = Some(vec![1]);
-        assert_eq!(build(&ok).unwrap().seqs(), vec![0, 2]);
-
-        let mut bad = ok.clone();
-        bad[2].data = std::borrow::Cow::Owned(
-            RawValue::from_string(nested("short").replace("\"isError\":false", "\"isError\":true"))
-                .unwrap(),
-        );
-        assert_eq!(build(&bad).unwrap_err().rule, Rule::ToolResultRewrite);
-
-        let flat = r#"{"turn":1,"step":1,"callId":"c","content":[],"isError":false}"#;
-        let mut dialect = ok.clone();
-        dialect[2].data = std::borrow::Cow::Owned(RawValue::from_string(flat.into()).unwrap());
-        assert_eq!(build(&dialect).unwrap_err().rule, Rule::ToolResultRewrite);
-
-        // Flat rewrites compare everything but `content`.
-        let flat2 = r#"{"turn":1,"step":1,"callId":"c","content":[{"type":"text","text":"x"}],"isError":false}"#;
-        let log = vec![
-            user(0),
-            tr(1, flat2, SurfaceOp::Append),
-            ev("tool/result", 2, flat, Some(rep), Some(vec![1])),
-        ];
-        assert!(build(&log).is_ok());
-
-        // A tool/result cannot replace a user message, nor two nodes.
-        let log = vec![
-            user(0),
-            ev(
-                "tool/result",
-                1,
-                flat,
-                Some(SurfaceOp::Replace { start: 0, end: 0 }),
-                Some(vec![0]),
-            ),
-        ];
-        assert_eq!(build(&log).unwrap_err().rule, Rule::ToolResultRewrite);
-        let log = vec![
-            user(0),
-            user(1),
-            ev(
-                "tool/result",
-                2,
-                flat,
-                Some(SurfaceOp::Replace { start: 0, end: 1 }),
-                Some(vec![0, 1]),
-            ),
-        ];
-        assert_eq!(build(&log).unwrap_err().rule, Rule::ToolResultRewrite);
-    }
-
-    #[test]
-    fn undo_restores_exactly() {
-        let log = vec![
-            user(0),
-            user(1),
-            user(2),
-            replace(3, 0, 1, vec![0, 1]),
-            user(4),
-        ];
-        let mut s = Surface::new();
-        let mut undos = vec![];
-        let mut states = vec![s.clone()];
-        for e in &log {
-            let plan = s.check(e, &log).unwrap();
-            undos.push(s.apply(e, plan));
-            states.push(s.clone());
-        }
-        while let Some(u) = undos.pop() {
-            s.undo(u);
-            states.pop();
-            assert_eq!(&s, states.last().unwrap());
-            assert_eq!(s.next_label, states.last().unwrap().next_label);
-        }
-    }
-}
+mod tests;

@@ -12,12 +12,15 @@
 //! | 116 | 4 | CRC-32 of bytes 0..116 |
 //! | 120 | .. | the sections, back to back in table order, ending at the end of the file |
 //!
-//! The sections ([`Section`]): `HEAD` (coverage, last time, repair tracker;
-//! bincode 2 standard config), `STATE` (the [`SessionState`]), `DERIVE` (the
-//! [`DeriveCache`]), and two fixed-width tables written by bincode 2 with
-//! fixed-size little-endian integers, so that they can be read in place:
-//! `BATCHES` (u64 count, then 24-byte [`BatchEntry`]s) and `NODES` (u64
-//! count, then 28-byte `(seq, DataLoc)` entries).
+//! The sections ([`Section`]): `HEAD` (coverage, last time, repair
+//! tracker), `STATE` (the [`SessionState`]'s surface and invariants),
+//! `DERIVE` (the [`DeriveCache`]), each an explicit field-by-field encoding
+//! of varints, tags and length-prefixed strings (see `sections.rs` and
+//! `format-spec.md` section 5); and two fixed-width tables of little-endian
+//! integers, read in place: `BATCHES` (u64 count, then 24-byte
+//! [`BatchEntry`]s) and `NODES` (u64 count, then 28-byte `(seq, DataLoc)`
+//! entries). The encoding is pinned by a test of the exact bytes: a change
+//! to it is a new [`CHECKPOINT_VERSION`].
 //!
 //! Opening a session reads only what it needs at once: the header, `HEAD`
 //! and `BATCHES` are checked (checksums, shape, order) and used in place;
@@ -35,16 +38,19 @@ use crate::derive::DeriveCache;
 use crate::repair::RepairTracker;
 use crate::session::SessionState;
 use crate::vfs::{RealFs, SegmentBytes, Vfs};
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use sections::{Head, Reader};
 use std::path::Path;
+
+mod sections;
+#[cfg(test)]
+mod tests;
 
 /// The checkpoint file's name inside a session directory.
 pub const CHECKPOINT_FILE: &str = "CHECKPOINT";
 /// Magic bytes at offset 0.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"SLOGCKPT";
 /// The checkpoint format this build writes and reads.
-pub const CHECKPOINT_VERSION: u32 = 5;
+pub const CHECKPOINT_VERSION: u32 = 6;
 /// Sections in a checkpoint of this version.
 pub const SECTION_COUNT: usize = 5;
 /// Bytes per section-table entry: offset, length, CRC.
@@ -61,11 +67,11 @@ pub const NODE_ENTRY_LEN: usize = 28;
 /// The sections of a checkpoint, in file order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Section {
-    /// Coverage, last time, repair tracker (bincode, standard config).
+    /// Coverage, last time, repair tracker.
     Head = 0,
-    /// The folded [`SessionState`] (bincode, standard config).
+    /// The folded [`SessionState`]'s surface and invariants.
     State = 1,
-    /// The [`DeriveCache`] (bincode, standard config).
+    /// The [`DeriveCache`].
     Derive = 2,
     /// The batch index: fixed-width [`BatchEntry`]s.
     Batches = 3,
@@ -73,8 +79,21 @@ pub enum Section {
     Nodes = 4,
 }
 
+impl Section {
+    /// The section's name in `format-spec.md` (`HEAD`, `STATE`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Section::Head => "HEAD",
+            Section::State => "STATE",
+            Section::Derive => "DERIVE",
+            Section::Batches => "BATCHES",
+            Section::Nodes => "NODES",
+        }
+    }
+}
+
 /// Where the checkpoint stops: the log position it covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Coverage {
     /// First seq of the segment holding the last covered batch.
     pub segment_first_seq: u64,
@@ -90,7 +109,7 @@ pub struct Coverage {
 }
 
 /// Where one event's `data` lies: segment (by first seq), offset, length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DataLoc {
     /// First seq of the segment.
     pub segment: u64,
@@ -102,7 +121,7 @@ pub struct DataLoc {
 
 /// One batch of the log, for `read_from`: its first seq and where its
 /// record starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchEntry {
     /// First seq of the batch.
     pub first_seq: u64,
@@ -113,7 +132,7 @@ pub struct BatchEntry {
 }
 
 /// What a checkpoint holds, decoded whole.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CheckpointBody {
     /// The covered log position.
     pub coverage: Coverage,
@@ -130,14 +149,6 @@ pub struct CheckpointBody {
     /// increasing seq order, all below `coverage.next_seq`; the decoder
     /// refuses anything else.
     pub node_locs: Vec<(u64, DataLoc)>,
-}
-
-/// The `HEAD` section.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Head {
-    coverage: Coverage,
-    last_time: i64,
-    repair: RepairTracker,
 }
 
 /// What [`Checkpoint::materialise`] decodes: the parts a session needs to
@@ -169,6 +180,17 @@ pub enum CheckpointError {
     /// The file is damaged.
     #[error("checkpoint is corrupt: {0}")]
     Corrupt(String),
+    /// A section passed its checksum but does not hold what its encoding
+    /// (`format-spec.md` section 5) allows: a writer's bug or crafted bytes.
+    #[error("checkpoint is corrupt: section {} at file offset {offset}: {reason}", .section.name())]
+    Malformed {
+        /// The section (`HEAD`, `STATE` or `DERIVE`).
+        section: Section,
+        /// File offset of the value that is wrong.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
     /// Reading or writing failed.
     #[error("checkpoint I/O: {0}")]
     Io(#[from] std::io::Error),
@@ -176,18 +198,6 @@ pub enum CheckpointError {
 
 fn corrupt(why: impl Into<String>) -> CheckpointError {
     CheckpointError::Corrupt(why.into())
-}
-
-fn varint_config() -> bincode::config::Configuration {
-    bincode::config::standard()
-}
-
-fn fixed_config() -> bincode::config::Configuration<
-    bincode::config::LittleEndian,
-    bincode::config::Fixint,
-    bincode::config::NoLimit,
-> {
-    bincode::config::standard().with_fixed_int_encoding()
 }
 
 fn u32_at(b: &[u8], o: usize) -> u32 {
@@ -246,37 +256,12 @@ pub fn sections(bytes: &[u8]) -> Result<[std::ops::Range<usize>; SECTION_COUNT],
 
 /// Serialises a checkpoint to its file bytes.
 pub fn encode(body: &CheckpointBody) -> Vec<u8> {
-    let ser = |v: &dyn erased::Ser, fixed: bool| v.encode(fixed);
-    let head = Head {
-        coverage: body.coverage,
-        last_time: body.last_time,
-        repair: body.state.repair().clone(),
-    };
-    let head = ser(&head, false);
-    let state = ser(&body.state, false);
-    let derive = ser(&body.derive, false);
-    let batches = ser(&body.batches, true);
-    let nodes = ser(&body.node_locs, true);
-    debug_assert_eq!(batches.len(), 8 + body.batches.len() * BATCH_ENTRY_LEN);
-    debug_assert_eq!(nodes.len(), 8 + body.node_locs.len() * NODE_ENTRY_LEN);
+    let head = sections::encode_head(&body.coverage, body.last_time, body.state.repair());
+    let state = sections::encode_state(&body.state);
+    let derive = sections::encode_derive(&body.derive);
+    let batches = sections::encode_table(&body.batches, BATCH_ENTRY_LEN, sections::put_batch);
+    let nodes = sections::encode_table(&body.node_locs, NODE_ENTRY_LEN, sections::put_node);
     frame([&head, &state, &derive, &batches, &nodes])
-}
-
-/// A little object-safe serialisation shim, so [`encode`] reads as a list.
-mod erased {
-    pub trait Ser {
-        fn encode(&self, fixed: bool) -> Vec<u8>;
-    }
-    impl<T: serde::Serialize> Ser for T {
-        fn encode(&self, fixed: bool) -> Vec<u8> {
-            let r = if fixed {
-                bincode::serde::encode_to_vec(self, super::fixed_config())
-            } else {
-                bincode::serde::encode_to_vec(self, super::varint_config())
-            };
-            r.expect("checkpoint sections serialise")
-        }
-    }
 }
 
 /// Checks the fixed header and returns the section table: (offset, length,
@@ -333,26 +318,18 @@ fn section_table(bytes: &[u8]) -> Result<[(usize, usize, u32); SECTION_COUNT], C
     Ok(table)
 }
 
-/// Decodes a bincode (standard config) section. bincode allocates what a
-/// string or byte-buffer length claims before reading it; the limit, the
-/// smallest power of 16 (from 64 KiB) not below the section's length, keeps
-/// those claims within a small multiple of the input (the fuzz budget).
-fn decode_varint<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    fn with<T: DeserializeOwned, const L: usize>(b: &[u8]) -> Result<(T, usize), String> {
-        bincode::serde::decode_from_slice(b, varint_config().with_limit::<L>())
-            .map_err(|e| e.to_string())
+/// Section `s`'s bytes, after checking its CRC, as a [`Reader`].
+fn checked<'a>(
+    bytes: &'a [u8],
+    table: &[(usize, usize, u32); SECTION_COUNT],
+    s: Section,
+) -> Result<Reader<'a>, CheckpointError> {
+    let (off, len, crc) = table[s as usize];
+    let b = &bytes[off..off + len];
+    if crc32fast::hash(b) != crc {
+        return Err(corrupt(format!("{} section checksum mismatch", s.name())));
     }
-    let (value, used) = match bytes.len() {
-        n if n <= 1 << 16 => with::<T, { 1 << 16 }>(bytes),
-        n if n <= 1 << 20 => with::<T, { 1 << 20 }>(bytes),
-        n if n <= 1 << 24 => with::<T, { 1 << 24 }>(bytes),
-        n if n <= 1 << 28 => with::<T, { 1 << 28 }>(bytes),
-        _ => with::<T, { 1 << 32 }>(bytes),
-    }?;
-    if used != bytes.len() {
-        return Err("trailing bytes after the value".into());
-    }
-    Ok(value)
+    Ok(Reader::new(s, b, off))
 }
 
 /// The count of a fixed-width table section, checked against its length.
@@ -398,17 +375,8 @@ impl Checkpoint {
     /// all below the covered seq). Cost: O(batches).
     pub fn parse(bytes: SegmentBytes) -> Result<Checkpoint, CheckpointError> {
         let table = section_table(&bytes)?;
-        let section = |s: Section| {
-            let (off, len, crc) = table[s as usize];
-            let b = &bytes[off..off + len];
-            if crc32fast::hash(b) != crc {
-                return Err(corrupt(format!("{s:?} section checksum mismatch")));
-            }
-            Ok(b)
-        };
-        let head: Head = decode_varint(section(Section::Head)?)
-            .map_err(|e| corrupt(format!("HEAD does not decode: {e}")))?;
-        let batches = section(Section::Batches)?;
+        let head = sections::decode_head(checked(&bytes, &table, Section::Head)?)?;
+        let batches = checked(&bytes, &table, Section::Batches)?.bytes();
         let batch_count = table_count(batches, BATCH_ENTRY_LEN)
             .ok_or_else(|| corrupt("BATCHES length does not match its count"))?;
         let mut prev: Option<u64> = None;
@@ -443,6 +411,7 @@ impl Checkpoint {
         &self.head.repair
     }
 
+    #[cfg(test)]
     fn section_bytes(&self, s: Section) -> &[u8] {
         let (off, len, _) = self.table[s as usize];
         &self.bytes[off..off + len]
@@ -460,24 +429,24 @@ impl Checkpoint {
     }
 
     /// Checks and decodes `STATE`, `DERIVE` and `NODES`, and checks them
-    /// against `HEAD`: the surface is well formed, the state ends at the
-    /// covered seq with the same repair tracker, and the node locations are
+    /// against `HEAD`: the surface is well formed and ends at the covered
+    /// seq (the state's repair tracker is `HEAD`'s), and the node locations are
     /// in strictly increasing seq order, below the covered seq, with one for
     /// every surface node. Allocates at most a small multiple
     /// of the file's size.
     pub fn materialise(&self) -> Result<Materialised, CheckpointError> {
-        let checked = |s: Section| {
-            let b = self.section_bytes(s);
-            if crc32fast::hash(b) != self.table[s as usize].2 {
-                return Err(corrupt(format!("{s:?} section checksum mismatch")));
-            }
-            Ok(b)
-        };
-        let state: SessionState = decode_varint(checked(Section::State)?)
-            .map_err(|e| corrupt(format!("STATE does not decode: {e}")))?;
-        let derive: DeriveCache = decode_varint(checked(Section::Derive)?)
-            .map_err(|e| corrupt(format!("DERIVE does not decode: {e}")))?;
-        let nodes = checked(Section::Nodes)?;
+        let checked = |s: Section| checked(&self.bytes, &self.table, s);
+        // Decoding STATE checks the surface is well formed (a checksum
+        // proves these are the bytes written, not that the writer was
+        // right) and agrees with HEAD's next seq; its repair tracker is
+        // HEAD's.
+        let state = sections::decode_state(
+            checked(Section::State)?,
+            self.head.coverage.next_seq,
+            self.head.repair.clone(),
+        )?;
+        let derive = sections::decode_derive(checked(Section::Derive)?)?;
+        let nodes = checked(Section::Nodes)?.bytes();
         let count = table_count(nodes, NODE_ENTRY_LEN)
             .ok_or_else(|| corrupt("NODES length does not match its count"))?;
         let node_locs: Vec<(u64, DataLoc)> = (0..count).map(|i| node_at(nodes, i)).collect();
@@ -492,22 +461,13 @@ impl Checkpoint {
         {
             return Err(corrupt("a node location lies beyond the covered log"));
         }
-        // A checksum proves these are the bytes written, not that the writer
-        // was right: a surface that is not well formed is never handed out.
-        state
-            .surface()
-            .validate()
-            .map_err(|why| corrupt(format!("the surface is not well formed: {why}")))?;
-        // (Only now: iterating a surface that is not well formed may not end.)
+        // (Iterating is safe: the surface was checked while decoding.)
         if let Some(seq) = state
             .surface()
             .iter()
             .find(|seq| node_locs.binary_search_by_key(seq, |(s, _)| *s).is_err())
         {
             return Err(corrupt(format!("surface node {seq} has no location")));
-        }
-        if state.next_seq() != self.head.coverage.next_seq || state.repair() != &self.head.repair {
-            return Err(corrupt("its state and its head disagree"));
         }
         Ok(Materialised {
             state,
@@ -659,175 +619,5 @@ impl BatchIndex {
     /// Every entry, copied out.
     pub fn to_vec(&self) -> Vec<BatchEntry> {
         self.iter_from(0).collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event::Event;
-
-    fn body() -> CheckpointBody {
-        let mut state = SessionState::new(false);
-        let log = vec![
-            Event::from_json(r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#)
-                .unwrap(),
-            Event::from_json(
-                r#"{"type":"user/message","seq":1,"time":1,"data":{"role":"user","content":[]},"surfaceOp":"append"}"#,
-            )
-            .unwrap(),
-        ];
-        state.append_batch(&log, &Vec::<Event>::new()).unwrap();
-        CheckpointBody {
-            coverage: Coverage {
-                segment_first_seq: 0,
-                last_record_offset: 64,
-                end_offset: 100,
-                last_record_crc: 7,
-                next_seq: 2,
-            },
-            last_time: -5,
-            state,
-            derive: DeriveCache::default(),
-            batches: vec![
-                BatchEntry {
-                    first_seq: 0,
-                    segment: 0,
-                    offset: 64,
-                },
-                BatchEntry {
-                    first_seq: 1,
-                    segment: 0,
-                    offset: 80,
-                },
-            ],
-            node_locs: vec![(
-                1,
-                DataLoc {
-                    segment: 0,
-                    offset: 90,
-                    len: 4,
-                },
-            )],
-        }
-    }
-
-    #[test]
-    fn round_trips() {
-        assert_eq!(decode(&encode(&body())).unwrap(), body());
-    }
-
-    #[test]
-    fn fixed_tables_are_what_bincode_decodes() {
-        let b = body();
-        let bytes = encode(&b);
-        let ck = Checkpoint::parse(SegmentBytes::new(bytes.clone())).unwrap();
-        let (batches, _): (Vec<BatchEntry>, usize) =
-            bincode::serde::decode_from_slice(ck.section_bytes(Section::Batches), fixed_config())
-                .unwrap();
-        assert_eq!(batches, ck.batches().to_vec());
-        let (nodes, _): (Vec<(u64, DataLoc)>, usize) =
-            bincode::serde::decode_from_slice(ck.section_bytes(Section::Nodes), fixed_config())
-                .unwrap();
-        assert_eq!(nodes, b.node_locs);
-    }
-
-    #[test]
-    fn every_bit_flip_and_truncation_is_rejected() {
-        let bytes = encode(&body());
-        for i in 0..bytes.len() * 8 {
-            let mut b = bytes.clone();
-            b[i / 8] ^= 1 << (i % 8);
-            assert!(decode(&b).is_err(), "flip of bit {i} accepted");
-        }
-        for n in 0..bytes.len() {
-            assert!(decode(&bytes[..n]).is_err(), "truncation to {n} accepted");
-        }
-    }
-
-    #[test]
-    fn other_versions_are_refused_by_name() {
-        let mut b = encode(&body());
-        for other in [4, CHECKPOINT_VERSION + 1] {
-            b[8..12].copy_from_slice(&other.to_le_bytes());
-            let e = decode(&b).unwrap_err();
-            assert!(
-                matches!(e, CheckpointError::UnsupportedVersion { found } if found == other),
-                "{e}"
-            );
-            assert!(e.to_string().contains(&format!("version {other}")));
-        }
-    }
-
-    #[test]
-    fn out_of_order_tables_are_refused_with_valid_checksums() {
-        let mut b = body();
-        b.batches.swap(0, 1);
-        let e = decode(&encode(&b)).unwrap_err();
-        assert!(e.to_string().contains("batch index is out of order"), "{e}");
-        let mut b = body();
-        b.node_locs.push(b.node_locs[0]);
-        let e = decode(&encode(&b)).unwrap_err();
-        assert!(
-            e.to_string().contains("node locations are out of order"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn node_locations_beyond_coverage_or_missing_are_refused() {
-        // Found by the recover fuzz target: a location at or past the covered
-        // seq would break the order of the locations added after reopen.
-        let mut b = body();
-        b.node_locs[0].0 = b.coverage.next_seq;
-        let e = decode(&encode(&b)).unwrap_err();
-        assert!(e.to_string().contains("beyond the covered log"), "{e}");
-        // Surface node 1 with no location could not be derived.
-        let mut b = body();
-        b.node_locs.clear();
-        let e = decode(&encode(&b)).unwrap_err();
-        assert!(
-            e.to_string().contains("surface node 1 has no location"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn a_huge_string_claim_is_refused_before_allocating() {
-        // A string claiming 2^31 bytes in a 5-byte section: the limit
-        // refuses the claim before bincode allocates for it.
-        let claim = [252u8, 0, 0, 0, 0x80];
-        let e = decode_varint::<String>(&claim).unwrap_err();
-        assert!(e.to_lowercase().contains("limit"), "{e}");
-        // The same claim inside a checksummed HEAD: corrupt, not an abort.
-        let ck = Checkpoint::parse(SegmentBytes::new(encode(&body()))).unwrap();
-        let file = frame([
-            &claim,
-            ck.section_bytes(Section::State),
-            ck.section_bytes(Section::Derive),
-            ck.section_bytes(Section::Batches),
-            ck.section_bytes(Section::Nodes),
-        ]);
-        assert!(matches!(decode(&file), Err(CheckpointError::Corrupt(_))));
-    }
-
-    #[test]
-    fn batch_index_searches_base_and_tail() {
-        let ck = Checkpoint::parse(SegmentBytes::new(encode(&body()))).unwrap();
-        let mut idx = ck.batches();
-        idx.push(BatchEntry {
-            first_seq: 5,
-            segment: 0,
-            offset: 200,
-        });
-        assert_eq!(idx.len(), 3);
-        assert_eq!(idx.after_seq(0), 1);
-        assert_eq!(idx.after_seq(4), 2);
-        assert_eq!(idx.after_seq(5), 3);
-        assert_eq!(idx.get(2).unwrap().offset, 200);
-        assert_eq!(
-            idx.iter_from(1).map(|b| b.first_seq).collect::<Vec<_>>(),
-            vec![1, 5]
-        );
     }
 }
