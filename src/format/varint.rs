@@ -17,6 +17,17 @@ pub enum VarintError {
     Overlong,
 }
 
+impl VarintError {
+    /// The reason as a static string, for errors that carry one.
+    pub fn reason(self) -> &'static str {
+        match self {
+            VarintError::Truncated => "truncated varint",
+            VarintError::Overflow => "varint overflows u64",
+            VarintError::Overlong => "overlong varint",
+        }
+    }
+}
+
 /// Appends `v` as a varint.
 pub fn put(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {

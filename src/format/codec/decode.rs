@@ -230,25 +230,10 @@ impl<'a> Cursor<'a> {
 
     pub(super) fn varint(&mut self) -> Result<u64, CodecError> {
         let start = self.pos;
-        let mut value = 0u64;
-        let mut shift = 0u32;
-        loop {
-            let Some(&b) = self.bytes.get(self.pos) else {
-                return Err(corrupt(start, "truncated varint"));
-            };
-            self.pos += 1;
-            if shift == 63 && b > 1 {
-                return Err(corrupt(start, "varint overflows u64"));
-            }
-            value |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                if b == 0 && shift > 0 {
-                    return Err(corrupt(start, "overlong varint"));
-                }
-                return Ok(value);
-            }
-            shift += 7;
-        }
+        let (value, used) = crate::format::varint::read(&self.bytes[self.pos..])
+            .map_err(|e| corrupt(start, e.reason()))?;
+        self.pos += used;
+        Ok(value)
     }
 
     /// A varint that counts bytes (or items of at least one byte) still to
