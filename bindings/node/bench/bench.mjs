@@ -444,13 +444,13 @@ if (results.resume) {
   out.push(`| sessionlog vs SQLite | ${rcell('small', 'sqlite')} | ${rcell('big', 'sqlite')} |`)
   out.push('')
   if (results.resume.big.sessionlog[0].retained !== undefined) {
-    out.push('')
     out.push('After the resume, with the prepared Session still held and the heap collected (what the harness keeps, whatever the backend): RSS (JS heap used):', '')
     out.push('| backend | ' + ['small', 'big'].map(w => `${sizes[w]} events`).join(' | ') + ' |', '|---|---:|---:|')
     for (const backend of BACKENDS) {
       out.push(`| ${backend} | ${['small', 'big'].map(w => { const rs = results.resume[w][backend]; return `${mib(median(rs.map(r => r.retained)))} (${mib(median(rs.map(r => r.heapUsed)))})` }).join(' | ')} |`)
     }
   }
+  out.push('')
 }
 if (results.hook) {
   out.push('The backend\'s `loadStored` hook alone (what the coordinator\'s `prepare` calls first), same child setup, median; then the rest of the resume (`prepare` minus `loadStored`: the coordinator\'s snapshot and validation and the Session built from the seed, the same code for every backend):', '')
