@@ -124,6 +124,7 @@ impl Store {
                 session: id.clone(),
                 path: locks.path().to_owned(),
             })?;
+        self.archive_lease(id)?; // issue 17: fenced across hosts
         s.lock = Some(lock);
         Ok(())
     }
@@ -202,6 +203,7 @@ impl Store {
         if s.poisoned {
             return Err(Error::Poisoned(id));
         }
+        self.archive_check(&id)?; // issue 17: another host took it over
         self.ensure_writer(s)?;
         self.materialise(s)?;
         let Session {
