@@ -243,6 +243,9 @@ fn sealed_segments_are_uploaded_evicted_and_fetched_back_on_demand() {
     }
 }
 
+/// An id whose directory name has escapes (`~`, which object keys encode).
+const ID: &str = "{{run}} 42/\u{3b1}";
+
 #[test]
 fn a_second_host_lists_and_resumes_a_session_from_the_bucket_alone() {
     for bucket in buckets("resume") {
@@ -253,9 +256,9 @@ fn a_second_host_lists_and_resumes_a_session_from_the_bucket_alone() {
             host_options(&bucket, "a", EvictionPolicy::default()),
         )
         .unwrap();
-        a.create(SessionHeader::new("s", 7)).unwrap();
+        a.create(SessionHeader::new(ID, 7)).unwrap();
         let cut = turns_len(&log, 80);
-        append_turns(&a, "s", &log[..cut]);
+        append_turns(&a, ID, &log[..cut]);
         // Close uploads the active segment too and gives the lease up.
         a.close().unwrap();
 
@@ -271,9 +274,9 @@ fn a_second_host_lists_and_resumes_a_session_from_the_bucket_alone() {
                 .store_id()
         );
         let listed: Vec<String> = b.list().unwrap().into_iter().map(|h| h.id).collect();
-        assert_eq!(listed, vec!["s".to_owned()], "{}", bucket.name);
-        assert_eq!(read_all(&b, "s"), log[..cut].to_vec(), "{}", bucket.name);
-        append_turns(&b, "s", &log[cut..]);
+        assert_eq!(listed, vec![ID.to_owned()], "{}", bucket.name);
+        assert_eq!(read_all(&b, ID), log[..cut].to_vec(), "{}", bucket.name);
+        append_turns(&b, ID, &log[cut..]);
         b.close().unwrap();
 
         // Back on the first host: its copy is stale; taking the session
@@ -284,8 +287,8 @@ fn a_second_host_lists_and_resumes_a_session_from_the_bucket_alone() {
         )
         .unwrap();
         let more = turn_log(121, "resume");
-        a.append("s", &more[log.len()..]).unwrap();
-        assert_eq!(read_all(&a, "s"), more, "{}", bucket.name);
+        a.append(ID, &more[log.len()..]).unwrap();
+        assert_eq!(read_all(&a, ID), more, "{}", bucket.name);
         a.close().unwrap();
     }
 }
@@ -399,6 +402,32 @@ fn a_host_whose_session_was_taken_over_fails_before_writing_a_byte() {
         assert_eq!(sizes(&a_dir), before, "{}", bucket.name);
         b.close().unwrap();
         let _ = a.close();
+    }
+}
+
+#[test]
+fn a_deleted_session_leaves_the_bucket_and_other_hosts_lists() {
+    for bucket in buckets("delete") {
+        let tmp = tempfile::tempdir().unwrap();
+        let opts = |h: &str| host_options(&bucket, h, EvictionPolicy::default());
+        let a = Store::open(tmp.path().join("a"), opts("a")).unwrap();
+        for id in ["keep", "gone"] {
+            a.create(SessionHeader::new(id, 0)).unwrap();
+            append_turns(&a, id, &turn_log(30, id));
+        }
+        a.archive_sync().unwrap();
+        a.delete("gone").unwrap();
+        let keys: Vec<String> = objects(&bucket).into_iter().map(|(k, _)| k).collect();
+        assert!(
+            keys.iter().all(|k| !k.contains("/sessions/gone/")),
+            "{}: {keys:?}",
+            bucket.name
+        );
+        a.close().unwrap();
+        let b = Store::open(tmp.path().join("b"), opts("b")).unwrap();
+        let listed: Vec<String> = b.list().unwrap().into_iter().map(|h| h.id).collect();
+        assert_eq!(listed, vec!["keep".to_owned()], "{}", bucket.name);
+        b.close().unwrap();
     }
 }
 
@@ -571,4 +600,47 @@ fn uploads_that_fail_or_hang_are_retried_and_never_leave_a_partial_object() {
         assert_eq!(read_all(&store, "s"), log, "{}", bucket.name);
         store.close().unwrap();
     }
+}
+
+/// The command line: `--archive URL` on two store directories (two hosts)
+/// over one local-directory bucket: an import on one is listed, read,
+/// taken over and synced on the other.
+#[test]
+fn the_cli_shares_a_store_between_two_directories_through_the_archive() {
+    use std::process::Command;
+    let tmp = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", tmp.path().join("bucket").display());
+    let log = turn_log(5, "cli");
+    let mut jsonl = String::from(r#"{"type":"session","version":0,"id":"cli-run","createdAt":0}"#);
+    jsonl.push('\n');
+    for e in &log {
+        jsonl.push_str(&e.to_json());
+        jsonl.push('\n');
+    }
+    let file = tmp.path().join("run.jsonl");
+    std::fs::write(&file, jsonl).unwrap();
+    let run = |host: &str, args: &[&str]| -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_sessionlog"))
+            .arg("--store")
+            .arg(tmp.path().join(host))
+            .args(["--archive", &url])
+            .args(args)
+            .env_remove("SESSIONLOG_STORE")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{host} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run("h1", &["import", file.to_str().unwrap()]);
+    assert!(run("h2", &["ls"]).starts_with("cli-run\t"));
+    assert_eq!(
+        run("h2", &["cat", "cli-run"]).lines().count(),
+        log.len() + 1
+    );
+    assert_eq!(run("h2", &["take-over", "cli-run"]), "took cli-run over\n");
+    assert!(run("h2", &["archive-sync"]).starts_with("uploaded "));
 }

@@ -711,6 +711,9 @@ impl Store {
         }
         let mut c = built.expect("built");
         let published = if existing {
+            // Issue 17: the old session's objects go first (the new one's
+            // files have the same names).
+            self.archive_forget(&id)?;
             // A failure of the exchange leaves the old session in place; a
             // failure after it (syncing, removing the old) leaves the new
             // one: either way nothing is partial, and the staged path holds
@@ -771,7 +774,8 @@ impl Store {
             self.inner
                 .registry
                 .remove(&entry.dir, id)
-                .map_err(|(path, source)| Error::Io { path, source })
+                .map_err(|(path, source)| Error::Io { path, source })?;
+            self.archive_forget(id) // issue 17: its objects too
         })();
         s.writer = None;
         s.lock = None;

@@ -227,6 +227,32 @@ impl Archive {
         Ok(fetched)
     }
 
+    /// Deletes session directory `dir`'s objects, `HEADER` first, and
+    /// forgets what this handle uploaded of it.
+    pub(super) fn forget(&self, id: &str, dir: &str) -> Result<()> {
+        let prefix = self.opts.session_key(dir);
+        let mut keys: Vec<_> = self
+            .list(&prefix)
+            .map_err(|e| archive_error(Some(id), &prefix, "listing the session", e))?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        keys.sort_by_key(|k| k.filename() != Some(HEADER_FILE));
+        for key in keys {
+            match self.call(|s| {
+                let key = key.clone();
+                async move { s.delete(&key).await }
+            }) {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(archive_error(Some(id), &key, "deleting", e)),
+            }
+        }
+        let mut st = self.state();
+        st.uploaded.retain(|(d, _), _| d != dir);
+        st.checkpoints.remove(dir);
+        Ok(())
+    }
+
     /// Fetches the one segment file `path` (missing locally) if the bucket
     /// has it; returns whether it did.
     pub(super) fn fetch_segment(&self, path: &Path) -> Result<bool> {

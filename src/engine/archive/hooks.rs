@@ -174,6 +174,17 @@ impl Store {
         Ok(())
     }
 
+    /// Session `id` is deleted (or about to be replaced): its objects are
+    /// deleted from the bucket, `HEADER` first (so no host brings in a
+    /// half-deleted session), and what this handle recorded of them
+    /// forgotten. The lease stays (this handle keeps writing the id).
+    pub(crate) fn archive_forget(&self, id: &str) -> Result<()> {
+        let (Some(a), Some(dir)) = (self.archive(), dir_name(id)) else {
+            return Ok(());
+        };
+        a.forget(id, &dir)
+    }
+
     /// At close, after every session is released: everything local goes to
     /// the bucket (active segments included), then the leases are given
     /// up so another host can take the sessions without forcing.

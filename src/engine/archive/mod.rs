@@ -248,7 +248,7 @@ impl Archive {
         Ok(listed
             .common_prefixes
             .iter()
-            .filter_map(|p| p.filename().map(str::to_owned))
+            .filter_map(|p| p.filename().map(percent_decode))
             .collect())
     }
 
@@ -289,6 +289,33 @@ impl Drop for Archive {
 /// The session directory name of `id` (its key under `sessions/`).
 pub(super) fn dir_name(id: &str) -> Option<String> {
     crate::fsutil::encode_session_dir_name(id).ok()
+}
+
+/// A key part as `object_store` lists it, decoded: it percent-encodes the
+/// bytes it does not keep (a session directory's `~` among them) when a key
+/// is built, and lists the encoded form.
+fn percent_decode(part: &str) -> String {
+    let b = part.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The stop flag of a background thread.

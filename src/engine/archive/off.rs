@@ -35,6 +35,9 @@ impl Store {
     pub(crate) fn archive_refresh(&self) -> Result<()> {
         Ok(())
     }
+    pub(crate) fn archive_forget(&self, _id: &str) -> Result<()> {
+        Ok(())
+    }
     pub(crate) fn archive_close(&self) -> Result<()> {
         Ok(())
     }
