@@ -247,6 +247,47 @@ fn sealed_segments_are_uploaded_evicted_and_fetched_back_on_demand() {
 const ID: &str = "{{run}} 42/\u{3b1}";
 
 #[test]
+fn the_background_uploader_uploads_sealed_segments_but_not_the_active_one() {
+    for bucket in buckets("background") {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut opts = host_options(&bucket, "a", EvictionPolicy::default());
+        opts.archive.as_mut().unwrap().upload_interval = Duration::from_millis(20);
+        let store = Store::open(tmp.path().join("a"), opts).unwrap();
+        store.create(SessionHeader::new("s", 0)).unwrap();
+        append_turns(&store, "s", &turn_log(60, "background"));
+        let local = segment_files(&tmp.path().join("a").join("sessions").join("s"));
+        let sealed: Vec<String> = local[..local.len() - 1]
+            .iter()
+            .map(|n| format!("{}/sessions/s/{n}", bucket.prefix))
+            .collect();
+        // Not a timing test: a generous deadline for a pass every 20 ms.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let keys = loop {
+            let keys: Vec<String> = objects(&bucket).into_iter().map(|(k, _)| k).collect();
+            if sealed.iter().all(|k| keys.contains(k)) || std::time::Instant::now() > deadline {
+                break keys;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            sealed.iter().all(|k| keys.contains(k)),
+            "{}: {keys:?}",
+            bucket.name
+        );
+        let active = format!("{}/sessions/s/{}", bucket.prefix, local.last().unwrap());
+        assert!(
+            !keys.contains(&active),
+            "{}: {active} uploaded",
+            bucket.name
+        );
+        store.close().unwrap();
+        // Close uploads the active segment too.
+        let keys: Vec<String> = objects(&bucket).into_iter().map(|(k, _)| k).collect();
+        assert!(keys.contains(&active), "{}", bucket.name);
+    }
+}
+
+#[test]
 fn a_second_host_lists_and_resumes_a_session_from_the_bucket_alone() {
     for bucket in buckets("resume") {
         let tmp = tempfile::tempdir().unwrap();

@@ -83,8 +83,8 @@ impl Archive {
     }
 
     /// Creates the local directory of session directory `dir` from the
-    /// bucket (its `HEADER`, `LINEAGE` and `CHECKPOINT`; segments come when
-    /// the session is loaded), if the bucket has it and it is not local.
+    /// bucket (its `HEADER` and `LINEAGE`; the checkpoint and segments come
+    /// when the session is loaded), if the bucket has it and it is not local.
     /// Built in the registry's staging area and published with one rename,
     /// like any new session. `lock` is held meanwhile (the session's
     /// writer lock: the staging cleaner of another handle leaves the entry
@@ -111,9 +111,10 @@ impl Archive {
             .stage(&header, &uid)
             .map_err(|(path, source)| Error::Io { path, source })?;
         let filled = (|| {
-            for name in [LINEAGE_FILE, CHECKPOINT_FILE] {
-                self.fetch_into(&id, dir, name, &staged)?;
-            }
+            // The checkpoint and segments come when the session is loaded:
+            // opening a store on a bucket of many sessions fetches only
+            // their headers.
+            self.fetch_into(&id, dir, LINEAGE_FILE, &staged)?;
             Ok::<_, Error>(())
         })();
         if let Err(e) = filled {

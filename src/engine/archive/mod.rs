@@ -61,11 +61,16 @@ pub(super) struct State {
     /// sealed). A sealed segment uploaded once never needs it again;
     /// eviction trusts only these (or a `HEAD` that agrees).
     pub(super) uploaded: HashMap<(String, String), (u64, bool)>,
-    /// The checksum of each session's last uploaded checkpoint.
-    pub(super) checkpoints: HashMap<String, u32>,
+    /// The file (length, modification time, inode) of each session's last
+    /// uploaded checkpoint: an unchanged one is not even read again.
+    pub(super) checkpoints: HashMap<String, CheckpointStamp>,
     /// Sessions hydrated or found missing in the bucket this run.
     pub(super) known_remote: HashSet<String>,
 }
+
+/// What identifies one written checkpoint file (each is a new file renamed
+/// into place).
+pub(super) type CheckpointStamp = (u64, Option<std::time::SystemTime>, u64);
 
 /// Counters for reports and benchmarks.
 #[derive(Default)]

@@ -1,8 +1,9 @@
 //! The upload pass (background, every `upload_interval`, and on demand) and
 //! local eviction.
 //!
-//! A pass, for each session whose lease this handle holds: the lease is
-//! checked (lost: the session is fenced, nothing of it uploaded); `HEADER`
+//! A pass, for each session whose lease this handle holds: before its first
+//! upload of the session (always, on an explicit sync) the lease is checked
+//! (lost: the session is fenced, nothing more of it uploaded); `HEADER`
 //! and `LINEAGE` are uploaded once; each sealed segment once (sealed
 //! segments never change); the active segment only when asked (`close`,
 //! [`crate::store::Store::archive_sync`]); the checkpoint last, and only
@@ -12,6 +13,7 @@
 //! timed-out `PUT` leaves no object (S3 and the local backend both make a
 //! put visible only complete), and it is retried with backoff.
 
+use super::lease::LeaseRecord;
 use super::{Archive, StopFlag, archive_error};
 use crate::checkpoint::{CHECKPOINT_FILE, Checkpoint};
 use crate::engine::error::{Error, Result, io_at};
@@ -61,6 +63,40 @@ pub struct ArchiveStats {
     pub retries: u64,
     /// Local segments evicted.
     pub evicted: u64,
+}
+
+/// Why an upload of a session stopped.
+enum Stop {
+    /// Another host took the lease: the session is fenced.
+    Lost(LeaseRecord),
+    /// A request or a file failed.
+    Failed(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+/// Checks a session's lease once, before its first upload of a pass.
+struct Gate {
+    epoch: u64,
+    checked: bool,
+}
+
+impl Gate {
+    fn open(&mut self, archive: &Archive, dir: &str) -> std::result::Result<(), Stop> {
+        if !self.checked {
+            // The session id is only known from its HEADER; the directory
+            // name stands for it in errors.
+            archive
+                .check_lease(dir, dir, self.epoch)?
+                .map_err(Stop::Lost)?;
+            self.checked = true;
+        }
+        Ok(())
+    }
 }
 
 /// The files of one session directory: segments sorted by first seq.
@@ -122,25 +158,28 @@ impl Archive {
         let mut report = ArchiveReport::default();
         let mut first_error = None;
         for (dir, epoch) in held {
-            // The session id is only known from its HEADER; the directory
-            // name stands for it in errors until then.
-            match self.check_lease(&dir, &dir, epoch) {
-                Ok(Ok(())) => {}
-                Ok(Err(rec)) => {
+            // The lease is checked before the first upload of the session
+            // (a background pass with nothing new asks nothing), and always
+            // on an explicit sync.
+            let mut gate = Gate {
+                epoch,
+                checked: false,
+            };
+            let uploaded = if include_active {
+                gate.open(self, &dir)
+                    .and_then(|()| self.upload_session(&dir, &mut gate, true))
+            } else {
+                self.upload_session(&dir, &mut gate, false)
+            };
+            match uploaded {
+                Ok(n) => report.uploaded += n,
+                Err(Stop::Lost(rec)) => {
                     let mut st = self.state();
                     st.held.remove(&dir);
                     st.fenced.insert(dir.clone(), (rec.host, rec.epoch));
                     report.fenced.push(dir);
-                    continue;
                 }
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                    continue;
-                }
-            }
-            match self.upload_session(&dir, include_active) {
-                Ok(n) => report.uploaded += n,
-                Err(e) => {
+                Err(Stop::Failed(e)) => {
                     first_error.get_or_insert(e);
                 }
             }
@@ -154,8 +193,17 @@ impl Archive {
         first_error.map_or(Ok(report), Err)
     }
 
-    /// Uploads `bytes` as `<dir>/<name>`, whole, and records it.
-    fn put_file(&self, dir: &str, name: &str, bytes: SegmentBytes, sealed: bool) -> Result<()> {
+    /// Uploads `bytes` as `<dir>/<name>`, whole, and records it, once the
+    /// gate says this host still holds the session.
+    fn put_file(
+        &self,
+        gate: &mut Gate,
+        dir: &str,
+        name: &str,
+        bytes: SegmentBytes,
+        sealed: bool,
+    ) -> std::result::Result<(), Stop> {
+        gate.open(self, dir)?;
         let key = self.opts.file_key(dir, name);
         let len = bytes.len() as u64;
         // One copy, shared by every try.
@@ -164,7 +212,7 @@ impl Archive {
             let (key, body) = (key.clone(), body.clone());
             async move { s.put(&key, PutPayload::from(body)).await }
         })
-        .map_err(|e| archive_error(Some(dir), &key, "uploading", e))?;
+        .map_err(|e| Stop::Failed(archive_error(Some(dir), &key, "uploading", e)))?;
         self.counters
             .bytes_uploaded
             .fetch_add(len, Ordering::Relaxed);
@@ -178,7 +226,12 @@ impl Archive {
     }
 
     /// Uploads what session directory `dir` has that the bucket lacks.
-    fn upload_session(&self, dir: &str, include_active: bool) -> Result<u64> {
+    fn upload_session(
+        &self,
+        dir: &str,
+        gate: &mut Gate,
+        include_active: bool,
+    ) -> std::result::Result<u64, Stop> {
         let local = self.sessions_dir.join(dir);
         if !self.vfs.exists(&local) {
             return Ok(0);
@@ -194,16 +247,29 @@ impl Archive {
                 continue;
             }
             let bytes = self.vfs.read_file(&path).map_err(io_at(&path))?;
-            self.put_file(dir, name, SegmentBytes::new(bytes), true)?;
+            self.put_file(gate, dir, name, SegmentBytes::new(bytes), true)?;
             n += 1;
         }
         // The checkpoint is read first: every record it covers was synced
         // before it was written, so segment bytes read after it hold them.
+        // One already uploaded is not read again: a new checkpoint is a new
+        // file renamed into place, so its stamp differs.
         let ck_path = local.join(CHECKPOINT_FILE);
-        let checkpoint = match self.vfs.read_file(&ck_path) {
-            Ok(b) => Some(b),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_at(&ck_path)(e)),
+        let stamp = self
+            .vfs
+            .metadata(&ck_path)
+            .ok()
+            .map(|m| (m.len, m.modified, m.ino));
+        let uploaded_before =
+            stamp.is_some() && self.state().checkpoints.get(dir) == stamp.as_ref();
+        let checkpoint = if uploaded_before {
+            None
+        } else {
+            match self.vfs.read_file(&ck_path) {
+                Ok(b) => Some(b),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(io_at(&ck_path)(e).into()),
+            }
         };
         let names = segment_files(self, &local)?;
         for (i, name) in names.iter().enumerate() {
@@ -234,12 +300,10 @@ impl Archive {
             } else {
                 SegmentBytes::new(self.vfs.read_file(&path).map_err(io_at(&path))?)
             };
-            self.put_file(dir, name, bytes, sealed)?;
+            self.put_file(gate, dir, name, bytes, sealed)?;
             n += 1;
         }
         if let Some(ck) = checkpoint {
-            let crc = crc32fast::hash(&ck);
-            let same = self.state().checkpoints.get(dir) == Some(&crc);
             let backed = Checkpoint::parse(SegmentBytes::new(ck.clone()))
                 .ok()
                 .is_some_and(|c| {
@@ -250,9 +314,11 @@ impl Archive {
                         .get(&(dir.to_owned(), name))
                         .is_some_and(|(len, _)| *len >= c.end_offset)
                 });
-            if !same && backed {
-                self.put_file(dir, CHECKPOINT_FILE, SegmentBytes::new(ck), true)?;
-                self.state().checkpoints.insert(dir.to_owned(), crc);
+            if backed {
+                self.put_file(gate, dir, CHECKPOINT_FILE, SegmentBytes::new(ck), true)?;
+                if let Some(stamp) = stamp {
+                    self.state().checkpoints.insert(dir.to_owned(), stamp);
+                }
                 n += 1;
             }
         }
