@@ -92,17 +92,20 @@ fn turn(t: u64, s: u64) -> Vec<OwnedEvent> {
 fn bucket(root: &Path) -> (Arc<dyn object_store::ObjectStore>, String) {
     match std::env::var("SESSIONLOG_S3_ENDPOINT") {
         Ok(endpoint) if !endpoint.is_empty() => {
-            let store = object_store::aws::AmazonS3Builder::new()
-                .with_endpoint(endpoint)
-                .with_bucket_name("sessionlog-test")
-                .with_allow_http(true)
-                .with_region("us-east-1")
-                .with_access_key_id("test")
-                .with_secret_access_key("test")
-                .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
-                .build()
-                .expect("an S3 client");
-            (Arc::new(store), format!("bench-{}", std::process::id()))
+            let prefix = format!("bench-{}", std::process::id());
+            let store = ArchiveOptions::from_url(
+                &format!("s3://sessionlog-test/{prefix}"),
+                [
+                    ("aws_endpoint", endpoint.as_str()),
+                    ("aws_allow_http", "true"),
+                    ("aws_region", "us-east-1"),
+                    ("aws_access_key_id", "test"),
+                    ("aws_secret_access_key", "test"),
+                ],
+            )
+            .expect("an S3 client")
+            .store;
+            (store, prefix)
         }
         _ => {
             let dir = root.join("bucket");

@@ -68,16 +68,7 @@ fn s3_bucket(endpoint: &str, test: &str) -> Bucket {
         answer.starts_with("HTTP/1.1 200") || answer.contains("BucketAlreadyOwnedByYou"),
         "creating the bucket: {answer}"
     );
-    let store = object_store::aws::AmazonS3Builder::new()
-        .with_endpoint(endpoint)
-        .with_bucket_name(bucket)
-        .with_allow_http(true)
-        .with_region("us-east-1")
-        .with_access_key_id("test")
-        .with_secret_access_key("test")
-        .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
-        .build()
-        .unwrap();
+    let store = s3_options(endpoint, bucket, "").store;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -88,6 +79,22 @@ fn s3_bucket(endpoint: &str, test: &str) -> Bucket {
         prefix: format!("{test}-{}-{nanos}", std::process::id()),
         _dir: None,
     }
+}
+
+/// The archive options of an S3-compatible server at `endpoint` (the test
+/// server takes any credentials).
+fn s3_options(endpoint: &str, bucket: &str, prefix: &str) -> ArchiveOptions {
+    ArchiveOptions::from_url(
+        &format!("s3://{bucket}/{prefix}"),
+        [
+            ("aws_endpoint", endpoint),
+            ("aws_allow_http", "true"),
+            ("aws_region", "us-east-1"),
+            ("aws_access_key_id", "test"),
+            ("aws_secret_access_key", "test"),
+        ],
+    )
+    .unwrap()
 }
 
 /// Options for a "host" on `bucket`: 4 KiB segments (a log spans many),
