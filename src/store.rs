@@ -17,7 +17,14 @@
 //! and closes an interrupted turn (see `format-spec.md`). The engine lives
 //! in crate-private modules; this module is its public face.
 
+#[cfg(feature = "archive")]
+pub use crate::engine::{ArchiveOptions, ArchiveReport, ArchiveStats, EvictionPolicy};
 pub use crate::engine::{
     Derived, Durability, Error, Events, Options, Recovery, Result, SalvageCut, Salvaged,
     SessionStats, Store, Tail, Unaccounted, VerifyReport,
 };
+/// The `object_store` crate the archive is built on (`archive` feature):
+/// build a backend with it for [`ArchiveOptions::new`], at the version this
+/// crate uses.
+#[cfg(feature = "archive")]
+pub use object_store;

@@ -32,6 +32,12 @@ struct Cli {
     /// Work on the store in DIR instead of on files (store mode).
     #[arg(long, global = true, env = "SESSIONLOG_STORE", value_name = "DIR")]
     store: Option<PathBuf>,
+    /// Store mode: also keep the store in this object store (archive tier):
+    /// `s3://bucket/prefix` (endpoint and credentials from the `AWS_*`
+    /// variables), `file:///dir`.
+    #[cfg(feature = "archive")]
+    #[arg(long, global = true, env = "SESSIONLOG_ARCHIVE", value_name = "URL")]
+    archive: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -208,6 +214,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Store mode with `--archive`: take session ID over from the host that
+    /// holds it (a host that is gone for good).
+    #[cfg(feature = "archive")]
+    TakeOver {
+        /// The session id.
+        id: String,
+    },
+    /// Store mode with `--archive`: upload everything now (active segments
+    /// included) and apply the eviction policy.
+    #[cfg(feature = "archive")]
+    ArchiveSync,
     /// Run the whole job end to end in a fresh store: generate sessions,
     /// append, crash in a tool call, reopen and repair, derive, export.
     Demo {
@@ -236,6 +253,13 @@ pub fn main() -> ExitCode {
 fn run(cli: Cli, out: &mut impl Write) -> Result<(), Failure> {
     if let Command::Demo { dir } = &cli.command {
         return crate::demo::run(dir, out).map_err(Failure::Io);
+    }
+    #[cfg(feature = "archive")]
+    if let Some(url) = &cli.archive {
+        let archive =
+            sessionlog::store::ArchiveOptions::from_url(url, Vec::<(String, String)>::new())
+                .map_err(Failure::Usage)?;
+        let _ = crate::failure::ARCHIVE.set(archive);
     }
     match cli.store {
         None => run_file(cli.command, out),
@@ -378,6 +402,10 @@ fn run_file(command: Command, out: &mut impl Write) -> Result<(), Failure> {
         Command::Verify { .. } => Err(needs_store("verify")),
         Command::Fork { .. } => Err(needs_store("fork")),
         Command::Rm { .. } => Err(needs_store("rm")),
+        #[cfg(feature = "archive")]
+        Command::TakeOver { .. } => Err(needs_store("take-over")),
+        #[cfg(feature = "archive")]
+        Command::ArchiveSync => Err(needs_store("archive-sync")),
         Command::Stats { .. } => Err(needs_store("stats")),
         Command::Demo { .. } => unreachable!("handled before the mode split"),
     }
@@ -711,6 +739,15 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             store.close().map_err(store_err)
         }
         Command::Demo { .. } => unreachable!("handled before the mode split"),
+        #[cfg(feature = "archive")]
+        Command::TakeOver { id } => {
+            let store = open_writer(dir, false)?;
+            store.take_over(&id).map_err(store_err)?;
+            writeln!(out, "took {id} over").map_err(io_err)?;
+            store.close().map_err(store_err)
+        }
+        #[cfg(feature = "archive")]
+        Command::ArchiveSync => archive_sync(dir, out),
         Command::Stats { id, json } => {
             let store = open_read_only(dir)?;
             let all = id.is_none();
@@ -816,4 +853,18 @@ fn ratio(bytes: u64, jsonl_bytes: u64) -> String {
     } else {
         format!("{:.3}", bytes as f64 / jsonl_bytes as f64)
     }
+}
+
+/// `archive-sync`: everything to the bucket now.
+#[cfg(feature = "archive")]
+fn archive_sync(dir: &Path, out: &mut impl Write) -> Result<(), Failure> {
+    let store = open_writer(dir, false)?;
+    let report = store.archive_sync().map_err(store_err)?;
+    writeln!(
+        out,
+        "uploaded {} objects, evicted {} segments",
+        report.uploaded, report.evicted
+    )
+    .map_err(io_err)?;
+    store.close().map_err(store_err)
 }

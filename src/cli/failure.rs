@@ -114,6 +114,12 @@ pub(crate) fn store_err(e: store::Error) -> Failure {
             "nothing was stored; the batch holds something the record codec cannot represent"
         }
         E::ReadOnly => "this command needs a writable store",
+        E::NotOwner { .. } => {
+            "another host owns the session: write it there, or `take-over ID` if that host is gone for good"
+        }
+        E::Archive { .. } => {
+            "check the archive URL, the credentials (AWS_* variables) and that the bucket is reachable"
+        }
         _ => "see the message above",
     };
     let m = format!("{e}\nhint: {hint}");
@@ -127,6 +133,30 @@ pub(crate) fn store_err(e: store::Error) -> Failure {
         | E::Manifest(M::Io { .. } | M::Missing { .. }) => Failure::Io(m),
         _ => Failure::Invalid(m),
     }
+}
+
+/// The archive tier given on the command line (`--archive URL`, issue 17),
+/// used by every store open.
+#[cfg(feature = "archive")]
+pub(crate) static ARCHIVE: std::sync::OnceLock<store::ArchiveOptions> = std::sync::OnceLock::new();
+
+/// The options every store open uses: the defaults, plus the archive when
+/// one was given.
+fn store_options() -> Options {
+    Options {
+        #[cfg(feature = "archive")]
+        archive: ARCHIVE.get().cloned(),
+        ..Options::default()
+    }
+}
+
+/// Whether an archive was given: the store directory is then a local copy
+/// of the bucket's store, created (and filled) on first use.
+fn archived() -> bool {
+    #[cfg(feature = "archive")]
+    return ARCHIVE.get().is_some();
+    #[cfg(not(feature = "archive"))]
+    false
 }
 
 /// Refuses a store path that is not a directory before the store is
@@ -144,6 +174,11 @@ fn check_store_dir(dir: &Path) -> Result<(), Failure> {
 
 pub(crate) fn open_read_only(dir: &Path) -> Result<Store, Failure> {
     check_store_dir(dir)?;
+    if archived() {
+        // Reading fetches from the bucket into the local directory, so it
+        // opens the store for writing (it appends nothing).
+        return open_writer(dir, true);
+    }
     Store::open_read_only(dir).map_err(store_err)
 }
 
@@ -167,11 +202,11 @@ pub(crate) fn open_writer(dir: &Path, create: bool) -> Result<Store, Failure> {
             )));
         }
     }
-    if !create && !dir.join(MANIFEST_FILE).is_file() {
+    if !create && !archived() && !dir.join(MANIFEST_FILE).is_file() {
         return Err(Failure::Io(format!(
             "{}: no store here (`import` creates one)",
             dir.display()
         )));
     }
-    Store::open(dir, Options::default()).map_err(store_err)
+    Store::open(dir, store_options()).map_err(store_err)
 }

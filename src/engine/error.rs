@@ -57,6 +57,36 @@ pub enum Error {
         /// The rule, seq and reason.
         violation: Violation,
     },
+    /// Another host owns the session in the archive (issue 17): its lease
+    /// (`key`) names that host. Nothing was written.
+    #[error(
+        "session {session:?} is owned by host {owner:?} (lease {key}, epoch {epoch}); \
+         nothing was written; if that host is gone for good, take the session over"
+    )]
+    NotOwner {
+        /// The session id.
+        session: String,
+        /// The owning host (empty: nobody holds it any more).
+        owner: String,
+        /// The lease epoch that host holds.
+        epoch: u64,
+        /// The lease record's object key.
+        key: String,
+    },
+    /// A request to the archive's object store failed (after its retries),
+    /// or an object there is not what it should be.
+    #[error("archive object {key}{}: {reason}", session.as_ref().map(|s| format!(" (session {s:?})")).unwrap_or_default())]
+    Archive {
+        /// The session (or its directory name), when one is concerned.
+        session: Option<String>,
+        /// The object key.
+        key: String,
+        /// What failed.
+        reason: String,
+    },
+    /// An archive call on a store opened without an archive.
+    #[error("the store was opened without an archive (Options::archive)")]
+    NoArchive,
     /// No such session.
     #[error("session {0:?} does not exist")]
     NotFound(String),

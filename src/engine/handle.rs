@@ -41,6 +41,10 @@ pub(super) struct Inner {
     pub(super) recoveries: Mutex<HashMap<String, Recovery>>,
     /// The group-commit thread (Batched mode), stopped and joined by close.
     pub(super) group_commit: Mutex<Option<GroupCommit>>,
+    /// The archive tier (issue 17), set once at open (nothing without the
+    /// `archive` feature).
+    #[cfg_attr(not(feature = "archive"), allow(dead_code))]
+    pub(super) archive: super::hooks::Slot,
 }
 
 /// The handle of the group-commit thread.
@@ -182,6 +186,7 @@ impl Store {
 
     pub(super) fn open_with(dir: &Path, options: Options, read_only: bool) -> Result<Store> {
         let vfs = options.vfs.clone();
+        let archive = super::hooks::before_open(dir, &options, read_only)?; // issue 17
         // The manifest first: a store is created only in a missing or empty
         // directory, and the lock file would make it non-empty.
         let manifest = if read_only {
@@ -219,8 +224,10 @@ impl Store {
                 sessions: Arc::new(RwLock::new(HashMap::new())),
                 recoveries: Mutex::new(HashMap::new()),
                 group_commit: Mutex::new(None),
+                archive: Default::default(),
             }),
         };
+        super::hooks::after_open(&store, archive)?; // issue 17
         if let (Durability::Batched { window }, false) = (store.inner.options.durability, read_only)
         {
             let handle = spawn_group_commit(store.inner.sessions.clone(), window);
@@ -235,6 +242,7 @@ impl Store {
     /// that is not a readable session is not either: see
     /// [`Store::unaccounted`].
     pub fn list(&self) -> Result<Vec<SessionHeader>> {
+        self.archive_refresh()?; // issue 17: sessions other hosts created
         let (sessions, _) = self.scan()?;
         Ok(sessions.into_iter().map(|e| e.header).collect())
     }
@@ -583,7 +591,9 @@ impl Store {
                 released = released.and(Err(e));
             }
         }
-        flushed.and(released)
+        // Issue 17: everything to the bucket, leases given up.
+        let archived = self.archive_close();
+        flushed.and(released).and(archived)
     }
 
     /// Evicts idle sessions (not in use by another thread) from a full map,
@@ -641,6 +651,12 @@ impl Store {
     /// committed bytes, so the mapping never reads past the end of the file
     /// and never sees bytes change (see [`crate::vfs::RealFs`]'s `map`).
     pub(super) fn map_file(&self, path: &Path) -> Result<SegmentBytes> {
-        self.inner.options.vfs.map(path).map_err(io_at(path))
+        match self.inner.options.vfs.map(path) {
+            // Issue 17: evicted after the directory was listed.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.archive_fetch(path) => {
+                self.inner.options.vfs.map(path).map_err(io_at(path))
+            }
+            r => r.map_err(io_at(path)),
+        }
     }
 }

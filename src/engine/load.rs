@@ -213,6 +213,7 @@ impl Store {
         })?;
         let id = s.header.id.clone();
         let mut rec = Recovery::default();
+        self.archive_restore(&id, &s.dir)?; // issue 17: evicted or remote segments
         let mut files: Vec<(u64, PathBuf)> = vfs
             .read_dir(&s.dir)
             .map_err(io_at(&s.dir))?

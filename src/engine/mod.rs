@@ -20,9 +20,18 @@
 //! returns what it found (the closers an interrupted turn needs included);
 //! it does not call the write path.
 
+// The archive tier (issue 17): the module with the `archive` feature, its
+// hooks as no-ops without it.
+#[cfg(feature = "archive")]
+pub(crate) mod archive;
+#[cfg(feature = "archive")]
+pub(crate) use archive::hooks;
 pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod handle;
+#[cfg(not(feature = "archive"))]
+#[path = "archive/off.rs"]
+pub(crate) mod hooks;
 pub(crate) mod load;
 pub(crate) mod locks;
 pub(crate) mod options;
@@ -33,6 +42,8 @@ pub(crate) mod session;
 pub(crate) mod tail;
 pub(crate) mod write;
 
+#[cfg(feature = "archive")]
+pub use archive::{ArchiveOptions, ArchiveReport, ArchiveStats, EvictionPolicy};
 pub use error::{Error, Result};
 pub use events::Events;
 pub use handle::Store;

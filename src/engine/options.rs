@@ -58,6 +58,10 @@ pub struct Options {
     /// The file system every file operation goes through (default: the
     /// real one, [`crate::vfs::RealFs`]).
     pub vfs: Arc<dyn Vfs>,
+    /// The archive tier on object storage (`archive` feature, issue 17;
+    /// default `None`: sessions live on the local disk only).
+    #[cfg(feature = "archive")]
+    pub archive: Option<super::archive::ArchiveOptions>,
 }
 
 impl Default for Options {
@@ -72,6 +76,8 @@ impl Default for Options {
             max_open_sessions: 512,
             close_interrupted_turns: true,
             vfs: crate::vfs::real(),
+            #[cfg(feature = "archive")]
+            archive: None,
         }
     }
 }

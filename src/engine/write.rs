@@ -124,6 +124,7 @@ impl Store {
                 session: id.clone(),
                 path: locks.path().to_owned(),
             })?;
+        self.archive_lease(id)?; // issue 17: fenced across hosts
         s.lock = Some(lock);
         Ok(())
     }
@@ -202,6 +203,7 @@ impl Store {
         if s.poisoned {
             return Err(Error::Poisoned(id));
         }
+        self.archive_check(&id)?; // issue 17: another host took it over
         self.ensure_writer(s)?;
         self.materialise(s)?;
         let Session {
@@ -711,6 +713,9 @@ impl Store {
         }
         let mut c = built.expect("built");
         let published = if existing {
+            // Issue 17: the old session's objects go first (the new one's
+            // files have the same names).
+            self.archive_forget(&id)?;
             // A failure of the exchange leaves the old session in place; a
             // failure after it (syncing, removing the old) leaves the new
             // one: either way nothing is partial, and the staged path holds
@@ -771,7 +776,8 @@ impl Store {
             self.inner
                 .registry
                 .remove(&entry.dir, id)
-                .map_err(|(path, source)| Error::Io { path, source })
+                .map_err(|(path, source)| Error::Io { path, source })?;
+            self.archive_forget(id) // issue 17: its objects too
         })();
         s.writer = None;
         s.lock = None;

@@ -1,0 +1,279 @@
+//! Bringing the bucket's contents into the store directory: the store's
+//! identity (`MANIFEST`), sessions other hosts created, and segments that
+//! are not (or no longer) local. Every file fetched is written whole under
+//! a temporary name, `fsync`ed, renamed into place and its directory
+//! `fsync`ed ([`crate::fsutil::write_atomic_with`]): a crash leaves either
+//! no file or the whole one, never a prefix the loader would take for a
+//! torn tail.
+
+use super::{Archive, archive_error};
+use crate::checkpoint::CHECKPOINT_FILE;
+use crate::engine::error::{Error, Result, io_at};
+use crate::engine::registry::{HEADER_FILE, PublishError, Registry, decode_header};
+use crate::lineage::LINEAGE_FILE;
+use crate::manifest::MANIFEST_FILE;
+use crate::segment;
+use std::path::Path;
+
+impl Archive {
+    /// Before a store directory is opened: if it has no `MANIFEST` and the
+    /// bucket has one, that one is written into it, so every host sharing
+    /// the prefix uses one store id (segments are salted with it: a
+    /// segment written under another id would not be accepted).
+    pub(super) fn adopt_manifest(&self, store_dir: &Path) -> Result<()> {
+        let local = store_dir.join(MANIFEST_FILE);
+        if self.vfs.exists(&local) {
+            return Ok(());
+        }
+        let key = self.opts.manifest_key();
+        let Some(bytes) = self
+            .get(&key)
+            .map_err(|e| archive_error(None, &key, "reading the store's manifest", e))?
+        else {
+            return Ok(());
+        };
+        // A store is created only in a missing or empty directory: the
+        // manifest goes first, like a local creation's.
+        if !self.vfs.exists(store_dir) {
+            std::fs::create_dir_all(store_dir).map_err(io_at(store_dir))?;
+        }
+        crate::fsutil::write_atomic_with(&*self.vfs, store_dir, MANIFEST_FILE, &bytes)
+            .map_err(io_at(&local))
+    }
+
+    /// After the store is open: the bucket gets this store's `MANIFEST` if
+    /// it has none; one naming another store is refused (two stores
+    /// sharing a prefix would mix sessions).
+    pub(super) fn publish_manifest(&self, store_dir: &Path) -> Result<()> {
+        let local = store_dir.join(MANIFEST_FILE);
+        let ours = self.vfs.read_file(&local).map_err(io_at(&local))?;
+        let key = self.opts.manifest_key();
+        let put = self.put_if_absent(&key, ours.clone());
+        match put {
+            Ok(true) => Ok(()),
+            // Another store's, or ours uploaded before (a retried create
+            // whose first answer was lost finds its own object).
+            Ok(false) => {
+                let theirs = self
+                    .get(&key)
+                    .map_err(|e| archive_error(None, &key, "reading the store's manifest", e))?;
+                if theirs.as_deref() == Some(&ours[..]) {
+                    Ok(())
+                } else {
+                    Err(Error::Archive {
+                        session: None,
+                        key: key.to_string(),
+                        reason: format!(
+                            "the bucket holds another store (its MANIFEST differs from {}); \
+                             use another prefix, or open a new, empty directory on this prefix",
+                            local.display()
+                        ),
+                    })
+                }
+            }
+            Err(e) => Err(archive_error(None, &key, "writing the store's manifest", e)),
+        }
+    }
+
+    /// The session directories the bucket has.
+    pub(super) fn remote_sessions(&self) -> Result<Vec<String>> {
+        let key = self.opts.sessions_key();
+        self.list_dirs(&key)
+            .map_err(|e| archive_error(None, &key, "listing the sessions", e))
+    }
+
+    /// Creates the local directory of session directory `dir` from the
+    /// bucket (its `HEADER` and `LINEAGE`; the checkpoint and segments come
+    /// when the session is loaded), if the bucket has it and it is not local.
+    /// Built in the registry's staging area and published with one rename,
+    /// like any new session. `lock` is held meanwhile (the session's
+    /// writer lock: the staging cleaner of another handle leaves the entry
+    /// alone). Returns whether a session was published.
+    pub(super) fn hydrate(&self, registry: &Registry, dir: &str) -> Result<bool> {
+        let live = self.sessions_dir.join(dir);
+        if self.vfs.exists(&live) {
+            return Ok(false);
+        }
+        let key = self.opts.file_key(dir, HEADER_FILE);
+        let Some(bytes) = self
+            .get(&key)
+            .map_err(|e| archive_error(None, &key, "reading a session's HEADER", e))?
+        else {
+            return Ok(false);
+        };
+        let (header, uid) = decode_header(&bytes).map_err(|reason| Error::Archive {
+            session: None,
+            key: key.to_string(),
+            reason: format!("the session's HEADER is damaged: {reason}"),
+        })?;
+        let id = header.id.clone();
+        let staged = registry
+            .stage(&header, &uid)
+            .map_err(|(path, source)| Error::Io { path, source })?;
+        let filled = (|| {
+            // The checkpoint and segments come when the session is loaded:
+            // opening a store on a bucket of many sessions fetches only
+            // their headers.
+            self.fetch_into(&id, dir, LINEAGE_FILE, &staged)?;
+            Ok::<_, Error>(())
+        })();
+        if let Err(e) = filled {
+            let _ = registry.discard(&staged);
+            return Err(e);
+        }
+        match registry.publish(&staged, &id) {
+            Ok(_) => {
+                self.state().known_remote.insert(dir.to_owned());
+                Ok(true)
+            }
+            // Another handle brought it in (or created it) first.
+            Err(PublishError::Exists) => {
+                let _ = registry.discard(&staged);
+                Ok(false)
+            }
+            Err(PublishError::Io(path, source)) => {
+                let _ = registry.discard(&staged);
+                Err(Error::Io { path, source })
+            }
+            Err(PublishError::Unsynced(path, _, source)) => Err(Error::Io { path, source }),
+        }
+    }
+
+    /// Fetches `<dir>/<name>` into directory `into` (whole, durable); returns
+    /// whether the bucket had it.
+    fn fetch_into(&self, id: &str, dir: &str, name: &str, into: &Path) -> Result<bool> {
+        let key = self.opts.file_key(dir, name);
+        let Some(bytes) = self
+            .get(&key)
+            .map_err(|e| archive_error(Some(id), &key, "fetching", e))?
+        else {
+            return Ok(false);
+        };
+        if let Some(first_seq) = segment::parse_segment_file_name(name) {
+            // Checked before it is put in place: an object that is not a
+            // segment of this name is refused, naming its key.
+            segment::read_header(&bytes)
+                .ok()
+                .filter(|h| h.first_seq == first_seq)
+                .ok_or_else(|| Error::Archive {
+                    session: Some(id.to_owned()),
+                    key: key.to_string(),
+                    reason: "the object is not the segment its name says".into(),
+                })?;
+        }
+        crate::fsutil::write_atomic_with(&*self.vfs, into, name, &bytes)
+            .map_err(io_at(&into.join(name)))?;
+        Ok(true)
+    }
+
+    /// Brings the files of session `id` (local directory `local`) that the
+    /// bucket has and the directory lacks: evicted segments, segments
+    /// written on another host. With `replace_stale` (this host just took
+    /// the session over from another host), a local file the bucket has in
+    /// another length is replaced too (without it, only an unsealed one the
+    /// bucket has later segments after), unless it is a sealed segment
+    /// (immutable, so the same everywhere), and the checkpoint is taken
+    /// from the bucket (or removed when the bucket has none: a local one
+    /// could cover records the bucket's segments do not have).
+    pub(super) fn restore(&self, id: &str, local: &Path, replace_stale: bool) -> Result<u64> {
+        let Some(dir) = local.file_name().and_then(|n| n.to_str()) else {
+            return Ok(0);
+        };
+        let prefix = self.opts.session_key(dir);
+        let listed = self
+            .list(&prefix)
+            .map_err(|e| archive_error(Some(id), &prefix, "listing the session", e))?;
+        let mut fetched = 0;
+        let mut remote_checkpoint = false;
+        // A local unsealed segment the bucket has later segments after was
+        // sealed by another host since this copy was made: it is stale
+        // whoever asks (this host cannot be writing it: it would hold the
+        // lease, and nobody else could have written past it).
+        let last_remote = listed
+            .iter()
+            .filter_map(|(k, _)| segment::parse_segment_file_name(k.filename()?))
+            .max();
+        for (key, size) in &listed {
+            let Some(name) = key.filename() else { continue };
+            let path = local.join(name);
+            if name == CHECKPOINT_FILE {
+                remote_checkpoint = true;
+            }
+            let wanted = if let Some(first_seq) = segment::parse_segment_file_name(name) {
+                let superseded = last_remote.is_some_and(|l| l > first_seq);
+                match self.vfs.metadata(&path) {
+                    Ok(m) if m.len == *size => false,
+                    Ok(_) => (replace_stale || superseded) && !self.is_sealed(&path),
+                    Err(_) => true,
+                }
+            } else if name == CHECKPOINT_FILE {
+                replace_stale || !self.vfs.exists(&path)
+            } else if name == LINEAGE_FILE {
+                !self.vfs.exists(&path)
+            } else {
+                false
+            };
+            if wanted && self.fetch_into(id, dir, name, local)? {
+                fetched += 1;
+            }
+        }
+        if replace_stale && !remote_checkpoint {
+            let path = local.join(CHECKPOINT_FILE);
+            match self.vfs.remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_at(&path)(e)),
+            }
+        }
+        Ok(fetched)
+    }
+
+    /// Deletes session directory `dir`'s objects, `HEADER` first, and
+    /// forgets what this handle uploaded of it.
+    pub(super) fn forget(&self, id: &str, dir: &str) -> Result<()> {
+        let prefix = self.opts.session_key(dir);
+        let mut keys: Vec<_> = self
+            .list(&prefix)
+            .map_err(|e| archive_error(Some(id), &prefix, "listing the session", e))?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        keys.sort_by_key(|k| k.filename() != Some(HEADER_FILE));
+        for key in keys {
+            match self.call(|s| {
+                let key = key.clone();
+                async move { s.delete(&key).await }
+            }) {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(archive_error(Some(id), &key, "deleting", e)),
+            }
+        }
+        let mut st = self.state();
+        st.uploaded.retain(|(d, _), _| d != dir);
+        st.checkpoints.remove(dir);
+        Ok(())
+    }
+
+    /// Fetches the one segment file `path` (missing locally) if the bucket
+    /// has it; returns whether it did.
+    pub(super) fn fetch_segment(&self, path: &Path) -> Result<bool> {
+        let (Some(name), Some(local)) = (path.file_name().and_then(|n| n.to_str()), path.parent())
+        else {
+            return Ok(false);
+        };
+        let Some(dir) = local.file_name().and_then(|n| n.to_str()) else {
+            return Ok(false);
+        };
+        if segment::parse_segment_file_name(name).is_none() || !self.vfs.exists(local) {
+            return Ok(false);
+        }
+        self.fetch_into(dir, dir, name, local)
+    }
+
+    /// Whether the segment file at `path` has a valid footer.
+    pub(super) fn is_sealed(&self, path: &Path) -> bool {
+        self.vfs
+            .map(path)
+            .is_ok_and(|m| segment::verify_footer(&m).is_ok())
+    }
+}

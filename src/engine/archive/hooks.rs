@@ -1,0 +1,235 @@
+//! The calls the engine makes into the archive, each one line at its call
+//! site (`handle.rs`, `load.rs`, `write.rs`). Without the `archive` feature
+//! `off.rs` defines the same calls as no-ops.
+
+use super::{Archive, dir_name};
+use crate::engine::error::{Error, Result};
+use crate::engine::handle::Store;
+use crate::engine::options::Options;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+/// The archive of a store handle, set once when the store is opened.
+pub(crate) type Slot = OnceLock<Arc<Archive>>;
+
+/// Before the store directory is opened: the archive is set up and, for a
+/// new directory on a prefix that holds a store, the bucket's `MANIFEST`
+/// adopted. A read-only handle does not use the archive.
+pub(crate) fn before_open(
+    dir: &Path,
+    options: &Options,
+    read_only: bool,
+) -> Result<Option<Arc<Archive>>> {
+    let (Some(opts), false) = (&options.archive, read_only) else {
+        return Ok(None);
+    };
+    let archive =
+        Archive::new(opts.clone(), dir, options.vfs.clone()).map_err(|source| Error::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+    archive.adopt_manifest(dir)?;
+    Ok(Some(Arc::new(archive)))
+}
+
+/// After the store is open: its `MANIFEST` published (or checked), the
+/// sessions other hosts created brought in (their headers: `list` shows
+/// them), the leases this host held before a restart taken back, and the
+/// uploader started.
+pub(crate) fn after_open(store: &Store, archive: Option<Arc<Archive>>) -> Result<()> {
+    let Some(archive) = archive else {
+        return Ok(());
+    };
+    archive.publish_manifest(&archive.store_dir)?;
+    let mut local: Vec<String> = match archive.vfs.read_dir(&archive.sessions_dir) {
+        Ok(names) => names
+            .into_iter()
+            .filter_map(|n| n.into_string().ok())
+            .filter(|n| !n.starts_with('.'))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    for name in archive.remote_sessions()? {
+        archive.hydrate(&store.inner.registry, &name)?;
+    }
+    // Sessions this host held when it stopped (a crash, or a drop without
+    // close) are its own again: their uploads resume. Hydrated sessions
+    // are another host's, so only those local before are asked about.
+    local.sort();
+    for name in local {
+        if let Some(rec) = archive.current_lease(&name, &name)?
+            && rec.host == archive.host
+            && !rec.released
+        {
+            archive.state().held.insert(name, rec.epoch);
+        }
+    }
+    archive.start_uploader();
+    let _ = store.inner.archive.set(archive);
+    Ok(())
+}
+
+impl Store {
+    fn archive(&self) -> Option<&Arc<Archive>> {
+        self.inner.archive.get()
+    }
+
+    /// Before the first write of session `id` through this handle (its
+    /// local writer lock held): the session's lease is taken, or
+    /// [`Error::NotOwner`] returned before a byte is written. A session
+    /// another host created is brought in first; one taken over from
+    /// another host has its local files brought up to the bucket's.
+    pub(crate) fn archive_lease(&self, id: &str) -> Result<()> {
+        self.archive_take(id, false)
+    }
+
+    fn archive_take(&self, id: &str, force: bool) -> Result<()> {
+        let Some(a) = self.archive() else {
+            return Ok(());
+        };
+        let Some(dir) = dir_name(id) else {
+            return Ok(()); // refused later, naming the id
+        };
+        {
+            let st = a.state();
+            if st.held.contains_key(&dir) {
+                return Ok(());
+            }
+            if let (Some((owner, epoch)), false) = (st.fenced.get(&dir), force) {
+                return Err(Error::NotOwner {
+                    session: id.to_owned(),
+                    owner: owner.clone(),
+                    epoch: *epoch,
+                    key: a.opts.lease_key(&dir, *epoch).to_string(),
+                });
+            }
+        }
+        a.hydrate(&self.inner.registry, &dir)?;
+        let taken = a.take_lease(id, &dir, force)?;
+        let from_elsewhere = taken.previous.as_ref().is_some_and(|p| p.host != a.host);
+        let local = a.sessions_dir.join(&dir);
+        if from_elsewhere && a.vfs.exists(&local) {
+            // The previous owner may have written more since this copy was
+            // made: what it uploaded wins over a stale local copy.
+            if let Err(e) = a.restore(id, &local, true) {
+                let _ = a.release_lease(id, &dir, taken.epoch);
+                return Err(e);
+            }
+        }
+        let mut st = a.state();
+        st.fenced.remove(&dir);
+        st.held.insert(dir, taken.epoch);
+        Ok(())
+    }
+
+    /// Before an append: a session whose lease another host took fails
+    /// with [`Error::NotOwner`] (a memory lookup: the uploader's pass finds
+    /// the loss).
+    pub(crate) fn archive_check(&self, id: &str) -> Result<()> {
+        let Some(a) = self.archive() else {
+            return Ok(());
+        };
+        let st = a.state();
+        if st.fenced.is_empty() {
+            return Ok(());
+        }
+        let Some(dir) = dir_name(id) else {
+            return Ok(());
+        };
+        match st.fenced.get(&dir) {
+            Some((owner, epoch)) => Err(Error::NotOwner {
+                session: id.to_owned(),
+                owner: owner.clone(),
+                epoch: *epoch,
+                key: a.opts.lease_key(&dir, *epoch).to_string(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Before a session is loaded from `dir`: the segments (and checkpoint,
+    /// lineage) the bucket has and the directory lacks are fetched.
+    pub(crate) fn archive_restore(&self, id: &str, dir: &Path) -> Result<()> {
+        match self.archive() {
+            Some(a) => a.restore(id, dir, false).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// A segment file that is missing (evicted after it was listed) is
+    /// fetched; returns whether it was.
+    pub(crate) fn archive_fetch(&self, path: &Path) -> bool {
+        self.archive()
+            .is_some_and(|a| a.fetch_segment(path).unwrap_or(false))
+    }
+
+    /// Before `list`: sessions other hosts created since are brought in.
+    pub(crate) fn archive_refresh(&self) -> Result<()> {
+        let Some(a) = self.archive() else {
+            return Ok(());
+        };
+        for name in a.remote_sessions()? {
+            a.hydrate(&self.inner.registry, &name)?;
+        }
+        Ok(())
+    }
+
+    /// Session `id` is deleted (or about to be replaced): its objects are
+    /// deleted from the bucket, `HEADER` first (so no host brings in a
+    /// half-deleted session), and what this handle recorded of them
+    /// forgotten. The lease stays (this handle keeps writing the id).
+    pub(crate) fn archive_forget(&self, id: &str) -> Result<()> {
+        let (Some(a), Some(dir)) = (self.archive(), dir_name(id)) else {
+            return Ok(());
+        };
+        a.forget(id, &dir)
+    }
+
+    /// At close, after every session is released: everything local goes to
+    /// the bucket (active segments included), then the leases are given
+    /// up so another host can take the sessions without forcing.
+    pub(crate) fn archive_close(&self) -> Result<()> {
+        let Some(a) = self.archive() else {
+            return Ok(());
+        };
+        a.stop_uploader();
+        let passed = a.pass(true);
+        let held: Vec<(String, u64)> = a.state().held.drain().collect();
+        let mut released = Ok(());
+        for (dir, epoch) in held {
+            if let Err(e) = a.release_lease(&dir, &dir, epoch) {
+                released = released.and(Err(e));
+            }
+        }
+        passed.map(|_| ()).and(released)
+    }
+
+    /// Uploads now what the background uploader would, plus the active
+    /// segments (the bytes written so far), and applies the eviction
+    /// policy: after it returns, another host resuming a session this
+    /// handle holds sees every append synced before the call. Requires the
+    /// `archive` feature and [`Options::archive`].
+    pub fn archive_sync(&self) -> Result<super::ArchiveReport> {
+        self.writable()?;
+        let a = self.archive().ok_or(Error::NoArchive)?;
+        crate::engine::handle::sync_dirty(&self.inner.sessions)?;
+        a.pass(true)
+    }
+
+    /// The archive's counters since this handle opened the store (`None`
+    /// without an archive).
+    pub fn archive_stats(&self) -> Option<super::ArchiveStats> {
+        self.archive().map(|a| a.stats())
+    }
+
+    /// Takes session `id` over from whichever host holds its lease: for a
+    /// host that is gone (it never released the session). The host that
+    /// held it gets [`Error::NotOwner`] on its next append once its
+    /// uploader notices, and its uploads of the session stop. This handle
+    /// must not have the session loaded for writing.
+    pub fn take_over(&self, id: &str) -> Result<()> {
+        self.writable()?;
+        self.archive().ok_or(Error::NoArchive)?;
+        self.archive_take(id, true)
+    }
+}

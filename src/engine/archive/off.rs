@@ -1,0 +1,44 @@
+//! The archive hooks without the `archive` feature: no archive, so every
+//! call does nothing (see `archive/hooks.rs` for what they do with it).
+
+use crate::engine::error::Result;
+use crate::engine::handle::Store;
+use crate::engine::options::Options;
+use std::path::Path;
+
+/// No archive to keep.
+pub(crate) type Slot = ();
+
+/// Nothing to set up.
+pub(crate) fn before_open(_dir: &Path, _options: &Options, _read_only: bool) -> Result<Option<()>> {
+    Ok(None)
+}
+
+/// Nothing to start.
+pub(crate) fn after_open(_store: &Store, _archive: Option<()>) -> Result<()> {
+    Ok(())
+}
+
+impl Store {
+    pub(crate) fn archive_lease(&self, _id: &str) -> Result<()> {
+        Ok(())
+    }
+    pub(crate) fn archive_check(&self, _id: &str) -> Result<()> {
+        Ok(())
+    }
+    pub(crate) fn archive_restore(&self, _id: &str, _dir: &Path) -> Result<()> {
+        Ok(())
+    }
+    pub(crate) fn archive_fetch(&self, _path: &Path) -> bool {
+        false
+    }
+    pub(crate) fn archive_refresh(&self) -> Result<()> {
+        Ok(())
+    }
+    pub(crate) fn archive_forget(&self, _id: &str) -> Result<()> {
+        Ok(())
+    }
+    pub(crate) fn archive_close(&self) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,410 @@
+//! The upload pass (background, every `upload_interval`, and on demand) and
+//! local eviction.
+//!
+//! A pass, for each session whose lease this handle holds: before its first
+//! upload of the session (always, on an explicit sync) the lease is checked
+//! (lost: the session is fenced, nothing more of it uploaded); `HEADER`
+//! and `LINEAGE` are uploaded once; each sealed segment once (sealed
+//! segments never change); the active segment only when asked (`close`,
+//! [`crate::store::Store::archive_sync`]); the checkpoint last, and only
+//! when the segment it ends in is in the bucket at least as long as it
+//! covers, so the bucket never holds a checkpoint its segments do not
+//! back. Every object is one `PUT` of the whole file: a failed or
+//! timed-out `PUT` leaves no object (S3 and the local backend both make a
+//! put visible only complete), and it is retried with backoff.
+
+use super::lease::LeaseRecord;
+use super::{Archive, StopFlag, archive_error};
+use crate::checkpoint::{CHECKPOINT_FILE, Checkpoint};
+use crate::engine::error::{Error, Result, io_at};
+use crate::engine::registry::HEADER_FILE;
+use crate::lineage::LINEAGE_FILE;
+use crate::segment;
+use crate::vfs::SegmentBytes;
+use object_store::PutPayload;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::SystemTime;
+
+/// The background uploader's thread.
+pub(super) struct Thread {
+    pub(super) stop: StopFlag,
+    pub(super) handle: std::thread::JoinHandle<()>,
+}
+
+/// What one upload pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ArchiveReport {
+    /// Objects uploaded.
+    pub uploaded: u64,
+    /// Local sealed segments removed (their upload confirmed).
+    pub evicted: u64,
+    /// Sessions another host took over since this handle took them: their
+    /// appends now fail with [`Error::NotOwner`].
+    pub fenced: Vec<String>,
+}
+
+/// The archive's counters since the store was opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ArchiveStats {
+    /// Bytes uploaded.
+    pub bytes_uploaded: u64,
+    /// Objects uploaded.
+    pub objects_uploaded: u64,
+    /// Bytes fetched from the object store (segments, checkpoints, leases,
+    /// headers).
+    pub bytes_fetched: u64,
+    /// Objects fetched.
+    pub objects_fetched: u64,
+    /// Requests retried after a failure or a timeout.
+    pub retries: u64,
+    /// Local segments evicted.
+    pub evicted: u64,
+}
+
+/// Why an upload of a session stopped.
+enum Stop {
+    /// Another host took the lease: the session is fenced.
+    Lost(LeaseRecord),
+    /// A request or a file failed.
+    Failed(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+/// Checks a session's lease once, before its first upload of a pass.
+struct Gate {
+    epoch: u64,
+    checked: bool,
+}
+
+impl Gate {
+    fn open(&mut self, archive: &Archive, dir: &str) -> std::result::Result<(), Stop> {
+        if !self.checked {
+            // The session id is only known from its HEADER; the directory
+            // name stands for it in errors.
+            archive
+                .check_lease(dir, dir, self.epoch)?
+                .map_err(Stop::Lost)?;
+            self.checked = true;
+        }
+        Ok(())
+    }
+}
+
+/// The files of one session directory: segments sorted by first seq.
+fn segment_files(archive: &Archive, local: &Path) -> Result<Vec<String>> {
+    let mut names: Vec<(u64, String)> = archive
+        .vfs
+        .read_dir(local)
+        .map_err(io_at(local))?
+        .into_iter()
+        .filter_map(|n| {
+            let n = n.into_string().ok()?;
+            segment::parse_segment_file_name(&n).map(|s| (s, n))
+        })
+        .collect();
+    names.sort();
+    Ok(names.into_iter().map(|(_, n)| n).collect())
+}
+
+impl Archive {
+    /// Starts the background uploader. It holds the archive weakly: the
+    /// last store handle's drop stops it.
+    pub(super) fn start_uploader(self: &Arc<Self>) {
+        let stop: StopFlag = Default::default();
+        let flag = stop.clone();
+        let weak: Weak<Archive> = Arc::downgrade(self);
+        let interval = self.opts.upload_interval;
+        let handle = std::thread::Builder::new()
+            .name("sessionlog-archive".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Acquire) {
+                    std::thread::park_timeout(interval);
+                    if flag.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let Some(archive) = weak.upgrade() else {
+                        return;
+                    };
+                    // Errors are retried by the next pass; a fenced
+                    // session is reported to its next append.
+                    let _ = archive.pass(false);
+                }
+            })
+            .expect("spawn the archive uploader");
+        *self
+            .uploader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Thread { stop, handle });
+    }
+
+    /// One upload pass over the sessions this handle holds, then eviction.
+    /// `include_active`: the active segments too (their bytes up to now).
+    pub(super) fn pass(&self, include_active: bool) -> Result<ArchiveReport> {
+        let held: Vec<(String, u64)> = self
+            .state()
+            .held
+            .iter()
+            .map(|(d, e)| (d.clone(), *e))
+            .collect();
+        let mut report = ArchiveReport::default();
+        let mut first_error = None;
+        for (dir, epoch) in held {
+            // The lease is checked before the first upload of the session
+            // (a background pass with nothing new asks nothing), and always
+            // on an explicit sync.
+            let mut gate = Gate {
+                epoch,
+                checked: false,
+            };
+            let uploaded = if include_active {
+                gate.open(self, &dir)
+                    .and_then(|()| self.upload_session(&dir, &mut gate, true))
+            } else {
+                self.upload_session(&dir, &mut gate, false)
+            };
+            match uploaded {
+                Ok(n) => report.uploaded += n,
+                Err(Stop::Lost(rec)) => {
+                    let mut st = self.state();
+                    st.held.remove(&dir);
+                    st.fenced.insert(dir.clone(), (rec.host, rec.epoch));
+                    report.fenced.push(dir);
+                }
+                Err(Stop::Failed(e)) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match self.evict() {
+            Ok(n) => report.evicted = n,
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(report), Err)
+    }
+
+    /// Uploads `bytes` as `<dir>/<name>`, whole, and records it, once the
+    /// gate says this host still holds the session.
+    fn put_file(
+        &self,
+        gate: &mut Gate,
+        dir: &str,
+        name: &str,
+        bytes: SegmentBytes,
+        sealed: bool,
+    ) -> std::result::Result<(), Stop> {
+        gate.open(self, dir)?;
+        let key = self.opts.file_key(dir, name);
+        let len = bytes.len() as u64;
+        // One copy, shared by every try.
+        let body = bytes::Bytes::copy_from_slice(&bytes);
+        self.call(|s| {
+            let (key, body) = (key.clone(), body.clone());
+            async move { s.put(&key, PutPayload::from(body)).await }
+        })
+        .map_err(|e| Stop::Failed(archive_error(Some(dir), &key, "uploading", e)))?;
+        self.counters
+            .bytes_uploaded
+            .fetch_add(len, Ordering::Relaxed);
+        self.counters
+            .objects_uploaded
+            .fetch_add(1, Ordering::Relaxed);
+        self.state()
+            .uploaded
+            .insert((dir.to_owned(), name.to_owned()), (len, sealed));
+        Ok(())
+    }
+
+    /// Uploads what session directory `dir` has that the bucket lacks.
+    fn upload_session(
+        &self,
+        dir: &str,
+        gate: &mut Gate,
+        include_active: bool,
+    ) -> std::result::Result<u64, Stop> {
+        let local = self.sessions_dir.join(dir);
+        if !self.vfs.exists(&local) {
+            return Ok(0);
+        }
+        let mut n = 0;
+        for name in [HEADER_FILE, LINEAGE_FILE] {
+            let path = local.join(name);
+            let done = self
+                .state()
+                .uploaded
+                .contains_key(&(dir.to_owned(), name.to_owned()));
+            if done || !self.vfs.exists(&path) {
+                continue;
+            }
+            let bytes = self.vfs.read_file(&path).map_err(io_at(&path))?;
+            self.put_file(gate, dir, name, SegmentBytes::new(bytes), true)?;
+            n += 1;
+        }
+        // The checkpoint is read first: every record it covers was synced
+        // before it was written, so segment bytes read after it hold them.
+        // One already uploaded is not read again: a new checkpoint is a new
+        // file renamed into place, so its stamp differs.
+        let ck_path = local.join(CHECKPOINT_FILE);
+        let stamp = self
+            .vfs
+            .metadata(&ck_path)
+            .ok()
+            .map(|m| (m.len, m.modified, m.ino));
+        let uploaded_before =
+            stamp.is_some() && self.state().checkpoints.get(dir) == stamp.as_ref();
+        let checkpoint = if uploaded_before {
+            None
+        } else {
+            match self.vfs.read_file(&ck_path) {
+                Ok(b) => Some(b),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(io_at(&ck_path)(e).into()),
+            }
+        };
+        let names = segment_files(self, &local)?;
+        for (i, name) in names.iter().enumerate() {
+            let last = i + 1 == names.len();
+            let path = local.join(name);
+            let recorded = self
+                .state()
+                .uploaded
+                .get(&(dir.to_owned(), name.clone()))
+                .copied();
+            if matches!(recorded, Some((_, true))) {
+                continue; // sealed and uploaded: it never changes
+            }
+            let map = self.vfs.map(&path).map_err(io_at(&path))?;
+            let sealed = segment::verify_footer(&map).is_ok();
+            let wanted = sealed || (last && include_active);
+            if !wanted {
+                continue;
+            }
+            if recorded == Some((map.len() as u64, false)) {
+                continue; // the active segment, unchanged since its upload
+            }
+            // The active segment: its bytes now, read, not mapped (the
+            // writer appends meanwhile; a record caught half-written reads
+            // as a torn tail, which the next writer cuts).
+            let bytes = if sealed {
+                map
+            } else {
+                SegmentBytes::new(self.vfs.read_file(&path).map_err(io_at(&path))?)
+            };
+            self.put_file(gate, dir, name, bytes, sealed)?;
+            n += 1;
+        }
+        if let Some(ck) = checkpoint {
+            let backed = Checkpoint::parse(SegmentBytes::new(ck.clone()))
+                .ok()
+                .is_some_and(|c| {
+                    let c = c.coverage();
+                    let name = segment::segment_file_name(c.segment_first_seq);
+                    self.state()
+                        .uploaded
+                        .get(&(dir.to_owned(), name))
+                        .is_some_and(|(len, _)| *len >= c.end_offset)
+                });
+            if backed {
+                self.put_file(gate, dir, CHECKPOINT_FILE, SegmentBytes::new(ck), true)?;
+                if let Some(stamp) = stamp {
+                    self.state().checkpoints.insert(dir.to_owned(), stamp);
+                }
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Whether `<dir>/<name>` is in the bucket at length `len`: recorded by
+    /// this handle's upload, or else confirmed with a `HEAD`.
+    fn confirmed(&self, dir: &str, name: &str, len: u64) -> Result<bool> {
+        if self
+            .state()
+            .uploaded
+            .get(&(dir.to_owned(), name.to_owned()))
+            .is_some_and(|(l, sealed)| *sealed && *l == len)
+        {
+            return Ok(true);
+        }
+        let key = self.opts.file_key(dir, name);
+        match self.call(|s| {
+            let key = key.clone();
+            async move { s.head(&key).await }
+        }) {
+            Ok(meta) => Ok(meta.size == len),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(archive_error(Some(dir), &key, "checking the upload", e)),
+        }
+    }
+
+    /// Removes the local sealed segments the policy selects whose upload is
+    /// confirmed. Never a session's last segment: a resume needs the tail.
+    /// The removal is not `fsync`ed: a crash that brings the file back
+    /// leaves a copy identical to the object, which is harmless.
+    fn evict(&self) -> Result<u64> {
+        let policy = &self.opts.evict;
+        if policy.older_than.is_none() && policy.max_local_bytes.is_none() {
+            return Ok(0);
+        }
+        let entries = match self.vfs.read_dir(&self.sessions_dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(io_at(&self.sessions_dir)(e)),
+        };
+        let mut total = 0u64;
+        // (modified, dir, name, len) of every sealed, non-last segment.
+        let mut candidates = Vec::new();
+        for dir in entries {
+            let Ok(dir) = dir.into_string() else { continue };
+            if dir.starts_with('.') {
+                continue;
+            }
+            let local = self.sessions_dir.join(&dir);
+            let Ok(names) = segment_files(self, &local) else {
+                continue;
+            };
+            for (i, name) in names.iter().enumerate() {
+                let Ok(m) = self.vfs.metadata(&local.join(name)) else {
+                    continue;
+                };
+                total += m.len;
+                if i + 1 < names.len() {
+                    let modified = m.modified.unwrap_or(SystemTime::UNIX_EPOCH);
+                    candidates.push((modified, dir.clone(), name.clone(), m.len));
+                }
+            }
+        }
+        candidates.sort();
+        let now = SystemTime::now();
+        let mut evicted = 0;
+        for (modified, dir, name, len) in candidates {
+            let old = policy
+                .older_than
+                .is_some_and(|age| now.duration_since(modified).unwrap_or_default() >= age);
+            let over = policy.max_local_bytes.is_some_and(|max| total > max);
+            if !(old || over) || !self.confirmed(&dir, &name, len)? {
+                continue;
+            }
+            let path = self.sessions_dir.join(&dir).join(&name);
+            match self.vfs.remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::Io { path, source: e }),
+            }
+            total -= len;
+            evicted += 1;
+            self.counters.evicted.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(evicted)
+    }
+}

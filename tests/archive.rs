@@ -1,0 +1,694 @@
+//! The archive tier on object storage (issue 17): upload, eviction, fetch on
+//! demand, resume on a second store directory (a second host), ownership
+//! races and take-over, and an object store that fails or hangs mid-upload.
+//!
+//! Every test runs against `object_store`'s local file system backend, and
+//! also against a real S3-compatible server when `SESSIONLOG_S3_ENDPOINT`
+//! is set (`scripts/s3-server.sh start` prints one); without it the S3 runs
+//! print "skipped" on stderr.
+#![cfg(feature = "archive")]
+
+mod common;
+
+use common::turn_log;
+use sessionlog::event::OwnedEvent;
+use sessionlog::header::SessionHeader;
+use sessionlog::store::object_store::{self, ObjectStore, path::Path as ObjectPath};
+use sessionlog::store::{ArchiveOptions, Error, EvictionPolicy, Options, Store};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// A bucket for one test: a fresh prefix on the backend.
+struct Bucket {
+    name: &'static str,
+    store: Arc<dyn ObjectStore>,
+    prefix: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// The backends to run on: the local file system always, S3 when an
+/// endpoint is given.
+fn buckets(test: &str) -> Vec<Bucket> {
+    let dir = tempfile::tempdir().unwrap();
+    let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+    let mut out = vec![Bucket {
+        name: "local",
+        store: Arc::new(local),
+        prefix: "archive".into(),
+        _dir: Some(dir),
+    }];
+    match std::env::var("SESSIONLOG_S3_ENDPOINT") {
+        Ok(endpoint) if !endpoint.is_empty() => out.push(s3_bucket(&endpoint, test)),
+        _ => eprintln!("{test}: S3 run skipped (SESSIONLOG_S3_ENDPOINT is not set)"),
+    }
+    out
+}
+
+/// A bucket on the S3-compatible server at `endpoint`, created with a plain
+/// unsigned `PUT /<bucket>` (the test server accepts it; `object_store` has
+/// no bucket creation), and a prefix unique to this run.
+fn s3_bucket(endpoint: &str, test: &str) -> Bucket {
+    use std::io::{Read, Write};
+    let bucket = "sessionlog-test";
+    let hostport = endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut conn = std::net::TcpStream::connect(&hostport).expect("connect to the S3 server");
+    write!(
+        conn,
+        "PUT /{bucket} HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = conn.read_to_string(&mut answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 200") || answer.contains("BucketAlreadyOwnedByYou"),
+        "creating the bucket: {answer}"
+    );
+    let store = s3_options(endpoint, bucket, "").store;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    Bucket {
+        name: "s3",
+        store: Arc::new(store),
+        prefix: format!("{test}-{}-{nanos}", std::process::id()),
+        _dir: None,
+    }
+}
+
+/// The archive options of an S3-compatible server at `endpoint` (the test
+/// server takes any credentials).
+fn s3_options(endpoint: &str, bucket: &str, prefix: &str) -> ArchiveOptions {
+    ArchiveOptions::from_url(
+        &format!("s3://{bucket}/{prefix}"),
+        [
+            ("aws_endpoint", endpoint),
+            ("aws_allow_http", "true"),
+            ("aws_region", "us-east-1"),
+            ("aws_access_key_id", "test"),
+            ("aws_secret_access_key", "test"),
+        ],
+    )
+    .unwrap()
+}
+
+/// Options for a "host" on `bucket`: 4 KiB segments (a log spans many),
+/// uploads only when the test asks (an hour between background passes).
+fn host_options(bucket: &Bucket, host: &str, evict: EvictionPolicy) -> Options {
+    let mut archive = ArchiveOptions::new(bucket.store.clone(), bucket.prefix.clone());
+    archive.host_id = host.into();
+    archive.evict = evict;
+    archive.upload_interval = Duration::from_secs(3600);
+    archive.retry_backoff = Duration::from_millis(5);
+    Options {
+        segment_size: 4096,
+        preallocate: 4096,
+        archive: Some(archive),
+        ..Options::default()
+    }
+}
+
+/// Appends `log` to `id` a turn (three or four events) at a time, so a log
+/// spans many small segments.
+fn append_turns(store: &Store, id: &str, log: &[OwnedEvent]) {
+    let mut start = 0;
+    for (i, e) in log.iter().enumerate() {
+        if e.kind == "turn/end" || i + 1 == log.len() {
+            store.append(id, &log[start..=i]).unwrap();
+            start = i + 1;
+        }
+    }
+}
+
+/// The length of the prefix of `log` made of its first `turns` turns.
+fn turns_len(log: &[OwnedEvent], turns: usize) -> usize {
+    log.iter()
+        .enumerate()
+        .filter(|(_, e)| e.kind == "turn/end")
+        .nth(turns - 1)
+        .unwrap()
+        .0
+        + 1
+}
+
+fn read_all(store: &Store, id: &str) -> Vec<OwnedEvent> {
+    store
+        .events(id, 0)
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap()
+}
+
+fn segment_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".seg"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn objects(bucket: &Bucket) -> Vec<(String, u64)> {
+    use futures::TryStreamExt;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let prefix = ObjectPath::from(bucket.prefix.as_str());
+    let mut v: Vec<(String, u64)> = rt
+        .block_on(bucket.store.list(Some(&prefix)).try_collect::<Vec<_>>())
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.location.to_string(), m.size))
+        .collect();
+    v.sort();
+    v
+}
+
+fn object_bytes(store: &Arc<dyn ObjectStore>, key: &str) -> Vec<u8> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        store
+            .get(&ObjectPath::from(key))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+            .to_vec()
+    })
+}
+
+#[test]
+fn sealed_segments_are_uploaded_evicted_and_fetched_back_on_demand() {
+    for bucket in buckets("evict") {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a");
+        let log = turn_log(200, "evict");
+        let store = Store::open(
+            &dir,
+            host_options(&bucket, "a", EvictionPolicy::immediately()),
+        )
+        .unwrap();
+        store.create(SessionHeader::new("s", 0)).unwrap();
+        append_turns(&store, "s", &log);
+        let session_dir = dir.join("sessions").join("s");
+        let before = segment_files(&session_dir);
+        assert!(before.len() > 3, "{}: the log spans segments", bucket.name);
+
+        let report = store.archive_sync().unwrap();
+        assert!(
+            report.uploaded >= before.len() as u64,
+            "{}: {report:?}",
+            bucket.name
+        );
+        assert_eq!(report.evicted, before.len() as u64 - 1, "{}", bucket.name);
+        // Only the tail is local now; the bucket has every segment and the
+        // session's HEADER.
+        assert_eq!(
+            segment_files(&session_dir),
+            vec![before.last().unwrap().clone()]
+        );
+        let keys: Vec<String> = objects(&bucket).into_iter().map(|(k, _)| k).collect();
+        for name in before.iter().chain([&"HEADER".to_owned()]) {
+            let key = format!("{}/sessions/s/{name}", bucket.prefix);
+            assert!(
+                keys.contains(&key),
+                "{}: {key} missing in {keys:?}",
+                bucket.name
+            );
+        }
+        // The loaded session still reads (its maps outlive the files).
+        assert_eq!(read_all(&store, "s"), log, "{}", bucket.name);
+        store.close().unwrap();
+
+        // Reopened: the evicted segments come back when the session loads.
+        let store =
+            Store::open(&dir, host_options(&bucket, "a", EvictionPolicy::default())).unwrap();
+        assert_eq!(read_all(&store, "s"), log, "{}", bucket.name);
+        let stats = store.archive_stats().unwrap();
+        assert!(
+            stats.objects_fetched >= before.len() as u64 - 1,
+            "{}: {stats:?}",
+            bucket.name
+        );
+        assert_eq!(segment_files(&session_dir), before, "{}", bucket.name);
+        // And the session is writable again.
+        let more = turn_log(201, "evict");
+        store.append("s", &more[log.len()..]).unwrap();
+        assert_eq!(read_all(&store, "s"), more, "{}", bucket.name);
+        store.close().unwrap();
+    }
+}
+
+/// An id whose directory name has escapes (`~`, which object keys encode).
+const ID: &str = "{{run}} 42/\u{3b1}";
+
+#[test]
+fn the_background_uploader_uploads_sealed_segments_but_not_the_active_one() {
+    for bucket in buckets("background") {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut opts = host_options(&bucket, "a", EvictionPolicy::default());
+        opts.archive.as_mut().unwrap().upload_interval = Duration::from_millis(20);
+        let store = Store::open(tmp.path().join("a"), opts).unwrap();
+        store.create(SessionHeader::new("s", 0)).unwrap();
+        append_turns(&store, "s", &turn_log(60, "background"));
+        let local = segment_files(&tmp.path().join("a").join("sessions").join("s"));
+        let sealed: Vec<String> = local[..local.len() - 1]
+            .iter()
+            .map(|n| format!("{}/sessions/s/{n}", bucket.prefix))
+            .collect();
+        // Not a timing test: a generous deadline for a pass every 20 ms.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let keys = loop {
+            let keys: Vec<String> = objects(&bucket).into_iter().map(|(k, _)| k).collect();
+            if sealed.iter().all(|k| keys.contains(k)) || std::time::Instant::now() > deadline {
+                break keys;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            sealed.iter().all(|k| keys.contains(k)),
+            "{}: {keys:?}",
+            bucket.name
+        );
+        let active = format!("{}/sessions/s/{}", bucket.prefix, local.last().unwrap());
+        assert!(
+            !keys.contains(&active),
+            "{}: {active} uploaded",
+            bucket.name
+        );
+        store.close().unwrap();
+        // Close uploads the active segment too.
+        let keys: Vec<String> = objects(&bucket).into_iter().map(|(k, _)| k).collect();
+        assert!(keys.contains(&active), "{}", bucket.name);
+    }
+}
+
+#[test]
+fn a_second_host_lists_and_resumes_a_session_from_the_bucket_alone() {
+    for bucket in buckets("resume") {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = turn_log(120, "resume");
+        let a = Store::open(
+            tmp.path().join("a"),
+            host_options(&bucket, "a", EvictionPolicy::default()),
+        )
+        .unwrap();
+        a.create(SessionHeader::new(ID, 7)).unwrap();
+        let cut = turns_len(&log, 80);
+        append_turns(&a, ID, &log[..cut]);
+        // Close uploads the active segment too and gives the lease up.
+        a.close().unwrap();
+
+        let b = Store::open(
+            tmp.path().join("b"),
+            host_options(&bucket, "b", EvictionPolicy::default()),
+        )
+        .unwrap();
+        assert_eq!(
+            b.store_id(),
+            Store::open_read_only(tmp.path().join("a"))
+                .unwrap()
+                .store_id()
+        );
+        let listed: Vec<String> = b.list().unwrap().into_iter().map(|h| h.id).collect();
+        assert_eq!(listed, vec![ID.to_owned()], "{}", bucket.name);
+        assert_eq!(read_all(&b, ID), log[..cut].to_vec(), "{}", bucket.name);
+        append_turns(&b, ID, &log[cut..]);
+        b.close().unwrap();
+
+        // Back on the first host: its copy is stale; taking the session
+        // back brings what the second host wrote.
+        let a = Store::open(
+            tmp.path().join("a"),
+            host_options(&bucket, "a", EvictionPolicy::default()),
+        )
+        .unwrap();
+        let more = turn_log(121, "resume");
+        a.append(ID, &more[log.len()..]).unwrap();
+        assert_eq!(read_all(&a, ID), more, "{}", bucket.name);
+        a.close().unwrap();
+    }
+}
+
+#[test]
+fn of_two_hosts_racing_for_a_new_session_exactly_one_writes() {
+    for bucket in buckets("race") {
+        let tmp = tempfile::tempdir().unwrap();
+        let hosts: Vec<Store> = ["a", "b"]
+            .iter()
+            .map(|h| {
+                Store::open(
+                    tmp.path().join(h),
+                    host_options(&bucket, h, EvictionPolicy::default()),
+                )
+                .unwrap()
+            })
+            .collect();
+        let log = turn_log(3, "race");
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let results: Vec<Result<(), Error>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = hosts
+                .iter()
+                .map(|store| {
+                    let (barrier, log) = (barrier.clone(), &log);
+                    scope.spawn(move || {
+                        store.create(SessionHeader::new("r", 0)).unwrap();
+                        barrier.wait();
+                        store.append("r", log)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let won: Vec<usize> = (0..2).filter(|i| results[*i].is_ok()).collect();
+        assert_eq!(won.len(), 1, "{}: {results:?}", bucket.name);
+        let lost = 1 - won[0];
+        match &results[lost] {
+            Err(Error::NotOwner { session, owner, .. }) => {
+                assert_eq!(session, "r");
+                assert_eq!(owner, ["a", "b"][won[0]], "{}", bucket.name);
+            }
+            other => panic!("{}: the loser got {other:?}", bucket.name),
+        }
+        // The loser wrote nothing.
+        let loser_dir = tmp.path().join(["a", "b"][lost]).join("sessions").join("r");
+        assert!(
+            !loser_dir.exists() || segment_files(&loser_dir).is_empty(),
+            "{}",
+            bucket.name
+        );
+        for h in hosts {
+            h.close().unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_host_whose_session_was_taken_over_fails_before_writing_a_byte() {
+    for bucket in buckets("takeover") {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = turn_log(40, "takeover");
+        let a = Store::open(
+            tmp.path().join("a"),
+            host_options(&bucket, "a", EvictionPolicy::default()),
+        )
+        .unwrap();
+        a.create(SessionHeader::new("s", 0)).unwrap();
+        let cut = turns_len(&log, 20);
+        append_turns(&a, "s", &log[..cut]);
+        a.archive_sync().unwrap();
+
+        // Host b: the session is a's.
+        let b = Store::open(
+            tmp.path().join("b"),
+            host_options(&bucket, "b", EvictionPolicy::default()),
+        )
+        .unwrap();
+        match b.append("s", &log[cut..cut + 1]) {
+            Err(Error::NotOwner { owner, .. }) => assert_eq!(owner, "a", "{}", bucket.name),
+            other => panic!("{}: {other:?}", bucket.name),
+        }
+        // a is presumed gone: b takes the session over and writes.
+        b.take_over("s").unwrap();
+        append_turns(&b, "s", &log[cut..]);
+        assert_eq!(read_all(&b, "s"), log, "{}", bucket.name);
+
+        // a is not gone after all: its next pass finds the loss, and its
+        // next append fails without touching the file.
+        let a_dir = tmp.path().join("a").join("sessions").join("s");
+        let sizes = |d: &Path| -> Vec<u64> {
+            segment_files(d)
+                .iter()
+                .map(|n| std::fs::metadata(d.join(n)).unwrap().len())
+                .collect()
+        };
+        let report = a.archive_sync().unwrap();
+        assert_eq!(report.fenced, vec!["s".to_owned()], "{}", bucket.name);
+        let before = sizes(&a_dir);
+        match a.append("s", &log[cut..cut + 1]) {
+            Err(Error::NotOwner { session, owner, .. }) => {
+                assert_eq!(
+                    (session.as_str(), owner.as_str()),
+                    ("s", "b"),
+                    "{}",
+                    bucket.name
+                );
+            }
+            other => panic!("{}: {other:?}", bucket.name),
+        }
+        assert_eq!(sizes(&a_dir), before, "{}", bucket.name);
+        b.close().unwrap();
+        let _ = a.close();
+    }
+}
+
+#[test]
+fn a_deleted_session_leaves_the_bucket_and_other_hosts_lists() {
+    for bucket in buckets("delete") {
+        let tmp = tempfile::tempdir().unwrap();
+        let opts = |h: &str| host_options(&bucket, h, EvictionPolicy::default());
+        let a = Store::open(tmp.path().join("a"), opts("a")).unwrap();
+        for id in ["keep", "gone"] {
+            a.create(SessionHeader::new(id, 0)).unwrap();
+            append_turns(&a, id, &turn_log(30, id));
+        }
+        a.archive_sync().unwrap();
+        a.delete("gone").unwrap();
+        let keys: Vec<String> = objects(&bucket).into_iter().map(|(k, _)| k).collect();
+        assert!(
+            keys.iter().all(|k| !k.contains("/sessions/gone/")),
+            "{}: {keys:?}",
+            bucket.name
+        );
+        a.close().unwrap();
+        let b = Store::open(tmp.path().join("b"), opts("b")).unwrap();
+        let listed: Vec<String> = b.list().unwrap().into_iter().map(|h| h.id).collect();
+        assert_eq!(listed, vec!["keep".to_owned()], "{}", bucket.name);
+        b.close().unwrap();
+    }
+}
+
+/// An object store that fails, or hangs, on its first puts.
+#[derive(Debug)]
+struct Flaky {
+    inner: Arc<dyn ObjectStore>,
+    /// Puts that fail at once, nothing written.
+    fail: AtomicU32,
+    /// Puts that hang (longer than the request timeout) before anything
+    /// is written: the client gives up mid-upload.
+    hang_before: AtomicU32,
+    /// Puts that complete, then hang: the answer never comes.
+    hang_after: AtomicU32,
+}
+
+impl std::fmt::Display for Flaky {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Flaky({})", self.inner)
+    }
+}
+
+fn take(n: &AtomicU32) -> bool {
+    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
+        .is_ok()
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for Flaky {
+    async fn put_opts(
+        &self,
+        location: &ObjectPath,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        let hang = Duration::from_secs(5);
+        if take(&self.fail) {
+            return Err(object_store::Error::Generic {
+                store: "flaky",
+                source: "injected failure".into(),
+            });
+        }
+        if take(&self.hang_before) {
+            tokio::time::sleep(hang).await;
+        }
+        let r = self.inner.put_opts(location, payload, opts).await?;
+        if take(&self.hang_after) {
+            tokio::time::sleep(hang).await;
+        }
+        Ok(r)
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &ObjectPath,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &ObjectPath,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+    async fn delete(&self, location: &ObjectPath) -> object_store::Result<()> {
+        self.inner.delete(location).await
+    }
+    fn list(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+    async fn copy(&self, from: &ObjectPath, to: &ObjectPath) -> object_store::Result<()> {
+        self.inner.copy(from, to).await
+    }
+    async fn copy_if_not_exists(
+        &self,
+        from: &ObjectPath,
+        to: &ObjectPath,
+    ) -> object_store::Result<()> {
+        self.inner.copy_if_not_exists(from, to).await
+    }
+}
+
+#[test]
+fn uploads_that_fail_or_hang_are_retried_and_never_leave_a_partial_object() {
+    for bucket in buckets("flaky") {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a");
+        let flaky = Arc::new(Flaky {
+            inner: bucket.store.clone(),
+            fail: AtomicU32::new(0),
+            hang_before: AtomicU32::new(0),
+            hang_after: AtomicU32::new(0),
+        });
+        let mut opts = host_options(&bucket, "a", EvictionPolicy::immediately());
+        let archive = opts.archive.as_mut().unwrap();
+        archive.store = flaky.clone();
+        archive.request_timeout = Duration::from_millis(300);
+        archive.max_retries = 0;
+        let store = Store::open(&dir, opts.clone()).unwrap();
+        store.create(SessionHeader::new("s", 0)).unwrap();
+        let log = turn_log(100, "flaky");
+        append_turns(&store, "s", &log);
+        let session_dir = dir.join("sessions").join("s");
+        let local = segment_files(&session_dir);
+
+        // No retries: a put that hangs fails the pass; nothing of the
+        // session is in the bucket, and nothing is evicted.
+        flaky.hang_before.store(1, Ordering::SeqCst);
+        let err = store.archive_sync().unwrap_err();
+        assert!(
+            matches!(err, Error::Archive { .. }),
+            "{}: {err}",
+            bucket.name
+        );
+        let session_objects = || -> Vec<(String, u64)> {
+            objects(&bucket)
+                .into_iter()
+                .filter(|(k, _)| k.contains("/sessions/"))
+                .collect()
+        };
+        assert!(
+            session_objects().is_empty(),
+            "{}: {:?}",
+            bucket.name,
+            session_objects()
+        );
+        assert_eq!(segment_files(&session_dir), local, "{}", bucket.name);
+        // The process dies (no close): the lease stays this host's.
+        drop(store);
+
+        // With retries: two failures, a put that hangs before writing and
+        // one whose answer never comes; the pass succeeds, and every object
+        // is the whole file.
+        let saved: Vec<(String, Vec<u8>)> = local
+            .iter()
+            .map(|n| (n.clone(), std::fs::read(session_dir.join(n)).unwrap()))
+            .collect();
+        opts.archive.as_mut().unwrap().max_retries = 6;
+        let store = Store::open(&dir, opts).unwrap();
+        flaky.fail.store(2, Ordering::SeqCst);
+        flaky.hang_before.store(1, Ordering::SeqCst);
+        flaky.hang_after.store(1, Ordering::SeqCst);
+        let report = store.archive_sync().unwrap();
+        assert_eq!(
+            report.evicted,
+            local.len() as u64 - 1,
+            "{}: {report:?}",
+            bucket.name
+        );
+        let stats = store.archive_stats().unwrap();
+        assert!(stats.retries >= 4, "{}: {stats:?}", bucket.name);
+        for (name, bytes) in &saved {
+            let key = format!("{}/sessions/s/{name}", bucket.prefix);
+            assert!(
+                object_bytes(&bucket.store, &key) == *bytes,
+                "{}: {key} is not the whole file",
+                bucket.name
+            );
+        }
+        assert_eq!(read_all(&store, "s"), log, "{}", bucket.name);
+        store.close().unwrap();
+    }
+}
+
+/// The command line: `--archive URL` on two store directories (two hosts)
+/// over one local-directory bucket: an import on one is listed, read,
+/// taken over and synced on the other.
+#[test]
+fn the_cli_shares_a_store_between_two_directories_through_the_archive() {
+    use std::process::Command;
+    let tmp = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", tmp.path().join("bucket").display());
+    let log = turn_log(5, "cli");
+    let mut jsonl = String::from(r#"{"type":"session","version":0,"id":"cli-run","createdAt":0}"#);
+    jsonl.push('\n');
+    for e in &log {
+        jsonl.push_str(&e.to_json());
+        jsonl.push('\n');
+    }
+    let file = tmp.path().join("run.jsonl");
+    std::fs::write(&file, jsonl).unwrap();
+    let run = |host: &str, args: &[&str]| -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_sessionlog"))
+            .arg("--store")
+            .arg(tmp.path().join(host))
+            .args(["--archive", &url])
+            .args(args)
+            .env_remove("SESSIONLOG_STORE")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{host} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run("h1", &["import", file.to_str().unwrap()]);
+    assert!(run("h2", &["ls"]).starts_with("cli-run\t"));
+    assert_eq!(
+        run("h2", &["cat", "cli-run"]).lines().count(),
+        log.len() + 1
+    );
+    assert_eq!(run("h2", &["take-over", "cli-run"]), "took cli-run over\n");
+    assert!(run("h2", &["archive-sync"]).starts_with("uploaded "));
+}
