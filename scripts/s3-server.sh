@@ -30,7 +30,8 @@ case "$cmd" in
     port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')"
     "$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$state/log" 2>&1 &
     echo $! >"$state/pid"
-    for _ in $(seq 1 100); do
+    # Up to 60 s: moto imports slowly on a loaded machine.
+    for _ in $(seq 1 300); do
       if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/moto-api/', timeout=1)" 2>/dev/null; then
         echo "http://127.0.0.1:$port"
         exit 0
@@ -45,7 +46,14 @@ case "$cmd" in
   stop)
     state="${2:?state dir}"
     if [ -f "$state/pid" ]; then
-      kill "$(cat "$state/pid")" 2>/dev/null || true
+      pid="$(cat "$state/pid")"
+      kill "$pid" 2>/dev/null || true
+      # SIGTERM, then SIGKILL if it is still there after 5 s.
+      for _ in $(seq 1 50); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+      done
+      kill -9 "$pid" 2>/dev/null || true
       rm -f "$state/pid"
     fi
     ;;
