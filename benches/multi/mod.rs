@@ -16,8 +16,12 @@
 //!
 //! Engines:
 //! - sessionlog `Durability::Sync` (one `Store` shared by the threads);
-//! - floor "per file": the batch's JSONL bytes, precomputed, one `write` to
-//!   the end of the session's own file and one `fdatasync` of that file;
+//! - floor "per file": the batch's JSONL bytes, precomputed, one `pwrite`
+//!   into the session's own file and one `fdatasync` of that file. Floor
+//!   files are filled with zeros and synced before timing and overwritten
+//!   round-robin (64 KiB per session, 64 MiB shared), because sessionlog
+//!   writes into pre-zeroed space too: a floor that grew its file would
+//!   pay a journal commit for the new size at every sync;
 //! - "group syncfs": per-session files as in "per file", made durable by one
 //!   `syncfs` per group (leader/follower as below) instead of one
 //!   `fdatasync` each: a candidate design for a cross-session group commit
@@ -87,7 +91,7 @@ impl Engine {
     pub fn name(self) -> &'static str {
         match self {
             Engine::Sync => "sessionlog Sync",
-            Engine::PerFile => "floor: file per session, write+fdatasync",
+            Engine::PerFile => "floor: file per session, pwrite+fdatasync",
             Engine::SharedLog => "floor: one shared log, group commit",
             Engine::Syncfs => "file per session, group syncfs",
             Engine::Sqlite => "SQLite WAL FULL",
@@ -281,18 +285,78 @@ fn sessionlog_cell(
     Ok(cell)
 }
 
-/// One append-only file per session, created (and named in the directory) before timing.
-fn session_files(dir: &Path, sessions: usize) -> Res<Vec<Mutex<File>>> {
+/// Bytes written (zeros, synced) into each floor file before timing; the
+/// floors then write inside them, wrapping to offset 0 at the end.
+const SESSION_REGION: u64 = 64 << 10;
+const SHARED_REGION: u64 = 64 << 20;
+
+/// A file pre-filled with zeros that a floor overwrites round-robin.
+/// sessionlog writes into pre-zeroed (written, not fallocated) space, so
+/// its `fdatasync` flushes data only; a floor that grew its file would pay
+/// a journal commit for the new size on every sync and be no floor.
+struct Region {
+    file: File,
+    next: u64,
+    size: u64,
+}
+
+impl Region {
+    fn create(path: &Path, size: u64) -> Res<Region> {
+        let mut file = OpenOptions::new()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(path)?;
+        let zeros = vec![0u8; 1 << 20];
+        let mut left = size;
+        while left > 0 {
+            let n = left.min(zeros.len() as u64) as usize;
+            file.write_all(&zeros[..n])?;
+            left -= n as u64;
+        }
+        Ok(Region {
+            file,
+            next: 0,
+            size,
+        })
+    }
+
+    /// Where `len` bytes go next, wrapping at the end of the region.
+    fn claim(&mut self, len: u64) -> u64 {
+        if self.next + len > self.size {
+            self.next = 0;
+        }
+        let at = self.next;
+        self.next += len;
+        at
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Res<()> {
+        let at = self.claim(bytes.len() as u64);
+        self.file.write_all_at(bytes, at)?;
+        Ok(())
+    }
+}
+
+/// Makes everything written so far under `dir` durable (setup, untimed).
+fn sync_setup(dir: &Path) -> Res<()> {
+    use std::os::fd::AsRawFd;
+    let d = File::open(dir)?;
+    // SAFETY: syncfs takes any open descriptor of the file system.
+    if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    Ok(())
+}
+
+/// One pre-zeroed file per session, created and synced before timing.
+fn session_files(dir: &Path, sessions: usize) -> Res<Vec<Mutex<Region>>> {
     let files = (0..sessions)
         .map(|s| {
-            OpenOptions::new()
-                .create_new(true)
-                .append(true)
-                .open(dir.join(format!("s{s:05}.jsonl")))
-                .map(Mutex::new)
+            Region::create(&dir.join(format!("s{s:05}.jsonl")), SESSION_REGION).map(Mutex::new)
         })
-        .collect::<Result<_, _>>()?;
-    File::open(dir)?.sync_all()?;
+        .collect::<Res<_>>()?;
+    sync_setup(dir)?;
     Ok(files)
 }
 
@@ -306,8 +370,8 @@ fn per_file_cell(
     let files = session_files(dir, sessions)?;
     drive(writers, sessions, b, cap, &|_, s, k| {
         let mut f = files[s].lock().expect("file lock");
-        f.write_all(&b.jsonl[k])?;
-        f.sync_data()?;
+        f.write(&b.jsonl[k])?;
+        f.file.sync_data()?;
         Ok(())
     })
 }
@@ -321,8 +385,6 @@ struct GroupCommit {
 
 #[derive(Default)]
 struct CommitState {
-    /// Next free offset of the shared file.
-    end: u64,
     /// Writes completed so far (a write's ticket is this count after it).
     written: u64,
     /// Every write with a ticket up to this is durable.
@@ -331,13 +393,8 @@ struct CommitState {
 }
 
 impl GroupCommit {
-    fn commit(&self, file: &File, bytes: &[u8]) -> Res<()> {
-        let at = {
-            let mut st = self.state.lock().expect("commit lock");
-            let at = st.end;
-            st.end += bytes.len() as u64;
-            at
-        };
+    fn commit(&self, log: &Mutex<Region>, file: &File, bytes: &[u8]) -> Res<()> {
+        let at = log.lock().expect("log lock").claim(bytes.len() as u64);
         file.write_all_at(bytes, at)?;
         self.wait_durable(&|| file.sync_data())
     }
@@ -377,18 +434,16 @@ fn shared_log_cell(
     dir: &Path,
     cap: Duration,
 ) -> Res<Cell> {
-    let file = OpenOptions::new()
-        .create_new(true)
-        .read(true)
-        .write(true)
-        .open(dir.join("shared.log"))?;
-    File::open(dir)?.sync_all()?;
+    let region = Region::create(&dir.join("shared.log"), SHARED_REGION)?;
+    sync_setup(dir)?;
+    let file = region.file.try_clone()?;
+    let log = Mutex::new(region);
     let gc = GroupCommit {
         state: Mutex::new(CommitState::default()),
         wake: Condvar::new(),
     };
     drive(writers, sessions, b, cap, &|_, _, k| {
-        gc.commit(&file, &b.jsonl[k])
+        gc.commit(&log, &file, &b.jsonl[k])
     })
 }
 
@@ -415,7 +470,7 @@ fn syncfs_cell(
         }
     };
     drive(writers, sessions, b, cap, &|_, s, k| {
-        files[s].lock().expect("file lock").write_all(&b.jsonl[k])?;
+        files[s].lock().expect("file lock").write(&b.jsonl[k])?;
         gc.wait_durable(&syncfs)
     })
 }
@@ -496,7 +551,7 @@ pub fn table(root: &Path, cap: Duration, rows: &[(usize, usize)]) -> Res<String>
     use std::fmt::Write as _;
     writeln!(
         out,
-        "Batches of {BATCH} events ({:.0} B/event as JSONL), every append durable on return; events/s (p50 / p99 acknowledgement latency, µs). Each cell runs {:.0} s.\n",
+        "Batches of {BATCH} events ({:.0} B/event as JSONL), every append durable on return; events/s (p50 / p99 acknowledgement latency, µs). Each cell runs {:.1} s; floors write into pre-zeroed files (see benches/multi/mod.rs).\n",
         b.bytes_per_event(),
         cap.as_secs_f64()
     )?;
