@@ -40,7 +40,10 @@
 //!   turn stopped in a tool call, each iteration on a fresh copy of the
 //!   directory (the copy is not timed); its throughput is one element per
 //!   repair (elem/s = repairs/s).
-//! - `read/read_from_last_1k/{n}` and `read/load/{n}`.
+//! - `read/read_from_last_1k/{n}` and `read/load/{n}`; `read/list/{n}`:
+//!   `Store::list` of a store of n sessions of one event each (10,000;
+//!   200 in smoke mode), each a directory with its `HEADER` (issue 14's
+//!   `list` goal).
 
 use criterion::{
     BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
@@ -580,6 +583,16 @@ fn read(c: &mut Criterion, fx: &Fixtures) {
         assert_eq!(store.read_from(ID, from).expect("read").len() as u64, last);
         b.iter(|| store.read_from(ID, from).expect("read"));
     });
+    // `list` over many small sessions: every session's HEADER is read.
+    let sessions: u64 = if smoke() { 200 } else { 10_000 };
+    g.throughput(Throughput::Elements(sessions));
+    g.bench_function(BenchmarkId::new("list", sessions), |b| {
+        let dir = fx.root.path().join(format!("list-{sessions}"));
+        build_many(&dir, sessions);
+        let store = Store::open_read_only(&dir).expect("open");
+        assert_eq!(store.list().expect("list").len() as u64, sessions);
+        b.iter(|| store.list().expect("list"));
+    });
     g.throughput(Throughput::Elements(n));
     g.sample_size(10);
     g.bench_function(BenchmarkId::new("load", n), |b| {
@@ -589,6 +602,28 @@ fn read(c: &mut Criterion, fx: &Fixtures) {
         b.iter(|| store.load(ID).expect("load"));
     });
     g.finish();
+}
+
+/// A store of `count` sessions of one event each (built once per run).
+fn build_many(dir: &Path, count: u64) {
+    if dir.exists() {
+        return;
+    }
+    let t0 = Instant::now();
+    let store = Store::open(dir, options(Durability::None)).expect("open a new store");
+    for i in 0..count {
+        let id = format!("session-{i:06}");
+        store
+            .create(SessionHeader::new(id.clone(), 1_700_000_000_000))
+            .expect("create");
+        let e = sessionlog::build::user_message(0, 1_700_000_000_000, "hello");
+        store.append(&id, &[e.borrowed()]).expect("append");
+    }
+    store.close().expect("close");
+    eprintln!(
+        "store: {count} sessions built in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 fn bench(c: &mut Criterion) {
