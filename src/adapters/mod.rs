@@ -13,4 +13,6 @@ pub mod sqlite17;
 pub mod sqlite17_write;
 #[cfg(feature = "sqlite")]
 pub mod sqlite_export;
+#[cfg(feature = "sqlite")]
+mod sqlite_import;
 pub mod storing;

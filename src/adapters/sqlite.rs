@@ -14,7 +14,6 @@
 //! Import validates the whole database before it writes anything to the
 //! store; export writes all sessions in one transaction, atomically.
 
-use crate::adapters::storing;
 use crate::event::{Event, OwnedEvent, SurfaceOp};
 use crate::header::SessionHeader;
 use crate::session::SessionState;
@@ -22,9 +21,10 @@ use crate::store::{self, Store};
 use crate::violation::{Location, Rule, Violation};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::value::RawValue;
-use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+pub use crate::adapters::sqlite_import::{ImportReport, ImportedSession, import_db};
 
 /// The schema version this adapter reads and writes.
 pub const SCHEMA_VERSION: i64 = 4;
@@ -306,30 +306,6 @@ pub struct SqliteSession {
     /// (rows after the last `turn/end` that do not decode or break the seq
     /// order), as the harness's loader leaves it out.
     pub torn_from: Option<u64>,
-}
-
-/// What [`import_db`] did for one session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImportedSession {
-    /// The session id.
-    pub id: String,
-    /// Events imported from the database.
-    pub events: u64,
-    /// Closers appended by repair (the last turn was open).
-    pub closers: u64,
-    /// A session with this id was deleted first.
-    pub replaced: bool,
-    /// Schema 17: the first seq of a torn physical tail left out.
-    pub torn_from: Option<u64>,
-}
-
-/// What [`import_db`] did, session by session in database order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImportReport {
-    /// The database file.
-    pub path: PathBuf,
-    /// One entry per `sessions` row.
-    pub sessions: Vec<ImportedSession>,
 }
 
 pub(crate) fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> SqliteError + '_ {
@@ -676,66 +652,6 @@ pub(crate) fn envelope_line(
     }
     line.push('}');
     Ok(())
-}
-
-/// Imports every session of a schema 4 or 17 database into `store`.
-///
-/// The whole database is read and checked first ([`read_db`]), so an
-/// invalid row leaves the store unchanged. An id already in the store is an
-/// error (before anything is written) unless `replace`. Each session goes in
-/// through [`storing::store_session`], which publishes it whole (with
-/// `replace`, swapped in for the stored one only once it is durable), so a
-/// failure or a crash never leaves a partial session; header-only sessions
-/// are stored too. Then the session is repaired like after a crash: an
-/// unclosed last turn gets its closers.
-pub fn import_db(
-    store: &Store,
-    path: impl AsRef<Path>,
-    replace: bool,
-) -> Result<ImportReport, SqliteError> {
-    let path = path.as_ref();
-    let sessions = read_db(path)?;
-    let existing: HashSet<String> = store
-        .list()
-        .map_err(|source| SqliteError::Store {
-            path: path.to_owned(),
-            session: String::new(),
-            source: Box::new(source),
-        })?
-        .into_iter()
-        .map(|h| h.id)
-        .collect();
-    if !replace && let Some(s) = sessions.iter().find(|s| existing.contains(&s.header.id)) {
-        return Err(SqliteError::ExistsInStore {
-            path: path.to_owned(),
-            session: s.header.id.clone(),
-        });
-    }
-    let mut report = ImportReport {
-        path: path.to_owned(),
-        sessions: Vec::with_capacity(sessions.len()),
-    };
-    for session in sessions {
-        let id = session.header.id.clone();
-        let store_err = |source| SqliteError::Store {
-            path: path.to_owned(),
-            session: id.clone(),
-            source: Box::new(source),
-        };
-        let replaced = existing.contains(&id);
-        let n = session.events.len() as u64;
-        storing::store_session(store, session.header, &session.events, replace)
-            .map_err(store_err)?;
-        let closers = store.repair(&id).map_err(store_err)?;
-        report.sessions.push(ImportedSession {
-            closers: closers.iter().filter(|e| e.seq >= n).count() as u64,
-            id,
-            events: n,
-            replaced,
-            torn_from: session.torn_from,
-        });
-    }
-    Ok(report)
 }
 
 /// Exports sessions of `store` to a schema 4 database at `path`: see
