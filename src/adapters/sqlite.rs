@@ -14,6 +14,7 @@
 //! Import validates the whole database before it writes anything to the
 //! store; export writes all sessions in one transaction, atomically.
 
+use crate::adapters::Reporter;
 use crate::event::{Event, OwnedEvent, SurfaceOp};
 use crate::header::SessionHeader;
 use crate::session::SessionState;
@@ -24,7 +25,9 @@ use serde_json::value::RawValue;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-pub use crate::adapters::sqlite_import::{ImportReport, ImportedSession, import_db};
+pub use crate::adapters::sqlite_import::{
+    ImportReport, ImportedSession, import_db, import_db_with_progress,
+};
 
 /// The schema version this adapter reads and writes.
 pub const SCHEMA_VERSION: i64 = 4;
@@ -462,23 +465,34 @@ fn open_read_only(path: &Path) -> Result<Connection, SqliteError> {
 ///
 /// The database is opened read-only and read in one transaction.
 pub fn read_db(path: impl AsRef<Path>) -> Result<Vec<SqliteSession>, SqliteError> {
-    let path = path.as_ref();
+    read_db_reporting(path.as_ref(), &mut Reporter::new(&mut |_| {}))
+}
+
+/// [`read_db`], reporting the sessions and events read to `progress`.
+pub(crate) fn read_db_reporting(
+    path: &Path,
+    progress: &mut Reporter<'_>,
+) -> Result<Vec<SqliteSession>, SqliteError> {
     let mut conn = open_read_only(path)?;
     let tx = conn.transaction().map_err(sql_err(path))?;
     let version: i64 = tx
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(sql_err(path))?;
     let sessions = if version == crate::adapters::sqlite17::SCHEMA_VERSION {
-        crate::adapters::sqlite17::read_sessions(&tx, path)?
+        crate::adapters::sqlite17::read_sessions(&tx, path, progress)?
     } else {
         check_schema(&tx, path)?;
-        read_sessions(&tx, path)?
+        read_sessions(&tx, path, progress)?
     };
     tx.finish().map_err(sql_err(path))?;
     Ok(sessions)
 }
 
-fn read_sessions(conn: &Connection, path: &Path) -> Result<Vec<SqliteSession>, SqliteError> {
+fn read_sessions(
+    conn: &Connection,
+    path: &Path,
+    progress: &mut Reporter<'_>,
+) -> Result<Vec<SqliteSession>, SqliteError> {
     let err = sql_err(path);
     let orphan: Option<(String, u64)> = conn
         .query_row(
@@ -520,6 +534,7 @@ fn read_sessions(conn: &Connection, path: &Path) -> Result<Vec<SqliteSession>, S
         )
         .map_err(&err)?;
     let mut out = Vec::with_capacity(rows.len());
+    progress.start_sessions(rows.len() as u64);
     for row in rows {
         let header = row.header().map_err(|violation| SqliteError::Invalid {
             path: path.to_owned(),
@@ -562,6 +577,7 @@ fn read_sessions(conn: &Connection, path: &Path) -> Result<Vec<SqliteSession>, S
             let event = Event::from_json(&line).map_err(&invalid)?;
             state.append(&event, &events).map_err(&invalid)?;
             events.push(event.into_owned());
+            progress.event();
         }
         out.push(SqliteSession {
             header,
@@ -569,6 +585,7 @@ fn read_sessions(conn: &Connection, path: &Path) -> Result<Vec<SqliteSession>, S
             closers: state.closers(),
             torn_from: None,
         });
+        progress.session_read();
     }
     Ok(out)
 }

@@ -4,8 +4,8 @@
 //!
 //! [`read_db`]: crate::adapters::sqlite::read_db
 
-use crate::adapters::sqlite::{SqliteError, read_db};
-use crate::adapters::storing;
+use crate::adapters::sqlite::{SqliteError, read_db_reporting};
+use crate::adapters::{Progress, Reporter, storing};
 use crate::store::Store;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -51,8 +51,24 @@ pub fn import_db(
     path: impl AsRef<Path>,
     replace: bool,
 ) -> Result<ImportReport, SqliteError> {
+    import_db_with_progress(store, path, replace, &mut |_| {})
+}
+
+/// [`import_db`], telling `progress` how far it has got as it goes: the
+/// sessions and events read and checked (at most once per
+/// [`REPORT_EVENTS`] events, and once per session), then the sessions
+/// stored, one report each. See [`Progress`].
+///
+/// [`REPORT_EVENTS`]: crate::adapters::REPORT_EVENTS
+pub fn import_db_with_progress(
+    store: &Store,
+    path: impl AsRef<Path>,
+    replace: bool,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<ImportReport, SqliteError> {
     let path = path.as_ref();
-    let sessions = read_db(path)?;
+    let mut progress = Reporter::new(progress);
+    let sessions = read_db_reporting(path, &mut progress)?;
     let existing: HashSet<String> = store
         .list()
         .map_err(|source| SqliteError::Store {
@@ -73,6 +89,7 @@ pub fn import_db(
         path: path.to_owned(),
         sessions: Vec::with_capacity(sessions.len()),
     };
+    progress.storing(sessions.iter().map(|s| s.events.len() as u64).sum());
     for session in sessions {
         let id = session.header.id.clone();
         let store_err = |source| SqliteError::Store {
@@ -85,6 +102,7 @@ pub fn import_db(
         storing::store_session(store, session.header, &session.events, replace)
             .map_err(store_err)?;
         let closers = store.repair(&id).map_err(store_err)?;
+        progress.stored(n);
         report.sessions.push(ImportedSession {
             closers: closers.iter().filter(|e| e.seq >= n).count() as u64,
             id,
