@@ -7,6 +7,8 @@ mod cli;
 mod demo;
 #[path = "cli/failure.rs"]
 mod failure;
+#[path = "cli/progress.rs"]
+mod progress;
 #[path = "cli/transfer.rs"]
 mod transfer;
 

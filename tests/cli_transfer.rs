@@ -1,6 +1,8 @@
 //! Store-mode `import` and `export` through the CLI: harness roots, zstd,
-//! packed rows, SQLite, `--replace`, `--no-repair`, `--json`.
+//! packed rows, SQLite, `--replace`, `--no-repair`, `--json`, `--progress`.
 
+use sessionlog::adapters::jsonl;
+use sessionlog::sample::{Sample, SampleConfig};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -257,4 +259,59 @@ fn id_from_filename_imports_files_that_share_an_id() {
         &["import", "--id-from-filename", "--id", "y", x1],
         2,
     );
+}
+
+#[test]
+fn cli_progress_prints_plain_lines_off_a_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A session file of several MB.
+    let (header, events) = Sample::new(SampleConfig {
+        turns: 400,
+        ..SampleConfig::default()
+    })
+    .session("big");
+    let mut buf = Vec::new();
+    jsonl::write_session(&mut buf, &header, &events).unwrap();
+    assert!(buf.len() > 3 << 20);
+    let path = tmp.path().join("big.jsonl");
+    std::fs::write(&path, &buf).unwrap();
+    let events = events.len();
+    let file = path.to_str().unwrap();
+    let out = run(&tmp.path().join("a"), &["import", "--progress", file]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    // A line per tenth of the file read, the last one whole.
+    assert_eq!(lines.len(), 10, "{stderr}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.starts_with(&format!("import 1/1: {file}: ")))
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains(" read, ") && l.ends_with("/s"))
+    );
+    assert!(
+        lines[9].contains(&format!(" read, {events} events, ")),
+        "{}",
+        lines[9]
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("imported big: {events} events")),
+        "{stdout}"
+    );
+
+    // Without --progress, stderr stays quiet off a terminal.
+    let out = run(&tmp.path().join("b"), &["import", file]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    // --progress and --quiet contradict each other.
+    let out = run(
+        &tmp.path().join("c"),
+        &["import", "--progress", "--quiet", file],
+    );
+    assert_eq!(out.status.code(), Some(2));
 }

@@ -7,6 +7,7 @@
 //! gap ends the kept prefix, unless a `turn/end` follows it (on that line or
 //! later), in which case it is corruption: the harness wrote on past it.
 
+use crate::adapters::Reporter;
 use crate::adapters::bounded;
 use crate::event::{Event, RawEvent};
 use crate::header::{ParsedHeader, SessionHeader};
@@ -60,7 +61,17 @@ pub struct JsonlSession<'a> {
 /// assert_eq!(s.torn.unwrap().line, 3);
 /// ```
 pub fn read_session(input: &[u8], strict: bool) -> Result<JsonlSession<'_>, Violation> {
-    read(input, strict, false)
+    read(input, strict, false, &mut Reporter::new(&mut |_| {}))
+}
+
+/// [`read_session`], reporting the bytes of `input` read (and events) to
+/// `progress` as it goes.
+pub(crate) fn read_session_reporting<'a>(
+    input: &'a [u8],
+    strict: bool,
+    progress: &mut Reporter<'_>,
+) -> Result<JsonlSession<'a>, Violation> {
+    read(input, strict, false, progress)
 }
 
 /// Validates a harness JSONL session file as `check` does: like
@@ -76,10 +87,15 @@ pub fn read_session(input: &[u8], strict: bool) -> Result<JsonlSession<'_>, Viol
 /// assert!(check_session(file, false).is_err());
 /// ```
 pub fn check_session(input: &[u8], strict: bool) -> Result<JsonlSession<'_>, Violation> {
-    read(input, strict, true)
+    read(input, strict, true, &mut Reporter::new(&mut |_| {}))
 }
 
-fn read(input: &[u8], strict: bool, validate: bool) -> Result<JsonlSession<'_>, Violation> {
+fn read<'a>(
+    input: &'a [u8],
+    strict: bool,
+    validate: bool,
+    progress: &mut Reporter<'_>,
+) -> Result<JsonlSession<'a>, Violation> {
     let mut lines: Vec<&[u8]> = input.split(|&b| b == b'\n').collect();
     let mut torn = None;
     // `split` yields a last piece after the final newline: empty when the file
@@ -111,7 +127,11 @@ fn read(input: &[u8], strict: bool, validate: bool) -> Result<JsonlSession<'_>, 
     }
     let mut state = SessionState::new(strict);
     let mut events: Vec<Event<'_>> = Vec::new();
+    // The bytes of the lines before this one, newlines included.
+    let mut done = first.len() as u64 + 1;
     for (idx, raw_line) in lines.iter().enumerate().skip(1) {
+        progress.text(done, events.len() as u64);
+        done += raw_line.len() as u64 + 1;
         let line_no = idx as u64 + 1;
         let line = trim_cr(raw_line);
         // Ends the kept prefix, or is corruption when a turn/end follows.

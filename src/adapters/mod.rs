@@ -4,6 +4,7 @@
 pub mod bounded;
 pub mod harness;
 pub mod jsonl;
+mod progress;
 pub mod root;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
@@ -13,4 +14,9 @@ pub mod sqlite17;
 pub mod sqlite17_write;
 #[cfg(feature = "sqlite")]
 pub mod sqlite_export;
+#[cfg(feature = "sqlite")]
+mod sqlite_import;
 pub mod storing;
+
+pub(crate) use progress::Reporter;
+pub use progress::{Progress, REPORT_BYTES, REPORT_EVENTS, Stage};

@@ -14,7 +14,7 @@
 //! Import validates the whole database before it writes anything to the
 //! store; export writes all sessions in one transaction, atomically.
 
-use crate::adapters::storing;
+use crate::adapters::Reporter;
 use crate::event::{Event, OwnedEvent, SurfaceOp};
 use crate::header::SessionHeader;
 use crate::session::SessionState;
@@ -22,9 +22,12 @@ use crate::store::{self, Store};
 use crate::violation::{Location, Rule, Violation};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::value::RawValue;
-use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+pub use crate::adapters::sqlite_import::{
+    ImportReport, ImportedSession, import_db, import_db_with_progress,
+};
 
 /// The schema version this adapter reads and writes.
 pub const SCHEMA_VERSION: i64 = 4;
@@ -308,30 +311,6 @@ pub struct SqliteSession {
     pub torn_from: Option<u64>,
 }
 
-/// What [`import_db`] did for one session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImportedSession {
-    /// The session id.
-    pub id: String,
-    /// Events imported from the database.
-    pub events: u64,
-    /// Closers appended by repair (the last turn was open).
-    pub closers: u64,
-    /// A session with this id was deleted first.
-    pub replaced: bool,
-    /// Schema 17: the first seq of a torn physical tail left out.
-    pub torn_from: Option<u64>,
-}
-
-/// What [`import_db`] did, session by session in database order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImportReport {
-    /// The database file.
-    pub path: PathBuf,
-    /// One entry per `sessions` row.
-    pub sessions: Vec<ImportedSession>,
-}
-
 pub(crate) fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> SqliteError + '_ {
     move |source| SqliteError::Sqlite {
         path: path.to_owned(),
@@ -486,23 +465,34 @@ fn open_read_only(path: &Path) -> Result<Connection, SqliteError> {
 ///
 /// The database is opened read-only and read in one transaction.
 pub fn read_db(path: impl AsRef<Path>) -> Result<Vec<SqliteSession>, SqliteError> {
-    let path = path.as_ref();
+    read_db_reporting(path.as_ref(), &mut Reporter::new(&mut |_| {}))
+}
+
+/// [`read_db`], reporting the sessions and events read to `progress`.
+pub(crate) fn read_db_reporting(
+    path: &Path,
+    progress: &mut Reporter<'_>,
+) -> Result<Vec<SqliteSession>, SqliteError> {
     let mut conn = open_read_only(path)?;
     let tx = conn.transaction().map_err(sql_err(path))?;
     let version: i64 = tx
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(sql_err(path))?;
     let sessions = if version == crate::adapters::sqlite17::SCHEMA_VERSION {
-        crate::adapters::sqlite17::read_sessions(&tx, path)?
+        crate::adapters::sqlite17::read_sessions(&tx, path, progress)?
     } else {
         check_schema(&tx, path)?;
-        read_sessions(&tx, path)?
+        read_sessions(&tx, path, progress)?
     };
     tx.finish().map_err(sql_err(path))?;
     Ok(sessions)
 }
 
-fn read_sessions(conn: &Connection, path: &Path) -> Result<Vec<SqliteSession>, SqliteError> {
+fn read_sessions(
+    conn: &Connection,
+    path: &Path,
+    progress: &mut Reporter<'_>,
+) -> Result<Vec<SqliteSession>, SqliteError> {
     let err = sql_err(path);
     let orphan: Option<(String, u64)> = conn
         .query_row(
@@ -544,6 +534,7 @@ fn read_sessions(conn: &Connection, path: &Path) -> Result<Vec<SqliteSession>, S
         )
         .map_err(&err)?;
     let mut out = Vec::with_capacity(rows.len());
+    progress.start_sessions(rows.len() as u64);
     for row in rows {
         let header = row.header().map_err(|violation| SqliteError::Invalid {
             path: path.to_owned(),
@@ -586,6 +577,7 @@ fn read_sessions(conn: &Connection, path: &Path) -> Result<Vec<SqliteSession>, S
             let event = Event::from_json(&line).map_err(&invalid)?;
             state.append(&event, &events).map_err(&invalid)?;
             events.push(event.into_owned());
+            progress.event();
         }
         out.push(SqliteSession {
             header,
@@ -593,6 +585,7 @@ fn read_sessions(conn: &Connection, path: &Path) -> Result<Vec<SqliteSession>, S
             closers: state.closers(),
             torn_from: None,
         });
+        progress.session_read();
     }
     Ok(out)
 }
@@ -676,66 +669,6 @@ pub(crate) fn envelope_line(
     }
     line.push('}');
     Ok(())
-}
-
-/// Imports every session of a schema 4 or 17 database into `store`.
-///
-/// The whole database is read and checked first ([`read_db`]), so an
-/// invalid row leaves the store unchanged. An id already in the store is an
-/// error (before anything is written) unless `replace`. Each session goes in
-/// through [`storing::store_session`], which publishes it whole (with
-/// `replace`, swapped in for the stored one only once it is durable), so a
-/// failure or a crash never leaves a partial session; header-only sessions
-/// are stored too. Then the session is repaired like after a crash: an
-/// unclosed last turn gets its closers.
-pub fn import_db(
-    store: &Store,
-    path: impl AsRef<Path>,
-    replace: bool,
-) -> Result<ImportReport, SqliteError> {
-    let path = path.as_ref();
-    let sessions = read_db(path)?;
-    let existing: HashSet<String> = store
-        .list()
-        .map_err(|source| SqliteError::Store {
-            path: path.to_owned(),
-            session: String::new(),
-            source: Box::new(source),
-        })?
-        .into_iter()
-        .map(|h| h.id)
-        .collect();
-    if !replace && let Some(s) = sessions.iter().find(|s| existing.contains(&s.header.id)) {
-        return Err(SqliteError::ExistsInStore {
-            path: path.to_owned(),
-            session: s.header.id.clone(),
-        });
-    }
-    let mut report = ImportReport {
-        path: path.to_owned(),
-        sessions: Vec::with_capacity(sessions.len()),
-    };
-    for session in sessions {
-        let id = session.header.id.clone();
-        let store_err = |source| SqliteError::Store {
-            path: path.to_owned(),
-            session: id.clone(),
-            source: Box::new(source),
-        };
-        let replaced = existing.contains(&id);
-        let n = session.events.len() as u64;
-        storing::store_session(store, session.header, &session.events, replace)
-            .map_err(store_err)?;
-        let closers = store.repair(&id).map_err(store_err)?;
-        report.sessions.push(ImportedSession {
-            closers: closers.iter().filter(|e| e.seq >= n).count() as u64,
-            id,
-            events: n,
-            replaced,
-            torn_from: session.torn_from,
-        });
-    }
-    Ok(report)
 }
 
 /// Exports sessions of `store` to a schema 4 database at `path`: see

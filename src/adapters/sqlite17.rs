@@ -23,9 +23,9 @@
 //! no later row holds a `turn/end` (the prefix is kept, as the harness's
 //! loader keeps it) and corruption otherwise.
 
-use crate::adapters::bounded;
 use crate::adapters::jsonl;
 use crate::adapters::sqlite::{self, SqliteError, SqliteSession, envelope_line, sources_json};
+use crate::adapters::{Reporter, bounded};
 use crate::event::{Event, OwnedEvent};
 use crate::header::SessionHeader;
 use crate::json::{self, Fields};
@@ -228,6 +228,7 @@ pub(crate) fn check_objects(conn: &Connection, path: &Path, ddl: &str) -> Result
 pub(crate) fn read_sessions(
     conn: &Connection,
     path: &Path,
+    progress: &mut Reporter<'_>,
 ) -> Result<Vec<SqliteSession>, SqliteError> {
     let err = sqlite::sql_err(path);
     check_schema(conn, path)?;
@@ -258,6 +259,7 @@ pub(crate) fn read_sessions(
     let on_disk = size(path) + size(Path::new(&wal));
     let mut budget = bounded::zstd_session_limit(usize::try_from(on_disk).unwrap_or(usize::MAX));
     let mut out = Vec::with_capacity(rows.len());
+    progress.start_sessions(rows.len() as u64);
     for row in rows {
         let (header, id) =
             session_header(&row).map_err(|(id, reason)| SqliteError::CorruptRow {
@@ -300,6 +302,7 @@ pub(crate) fn read_sessions(
                     violation,
                 })?;
             folded.push(e);
+            progress.event();
         }
         let events = folded;
         out.push(SqliteSession {
@@ -308,6 +311,7 @@ pub(crate) fn read_sessions(
             events,
             torn_from,
         });
+        progress.session_read();
     }
     Ok(out)
 }

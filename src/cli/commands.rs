@@ -131,6 +131,12 @@ enum Command {
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
+        /// Where no bar is drawn (stderr is not a terminal: a log, CI),
+        /// print the progress as plain lines on stderr: one each time
+        /// another tenth of a file's bytes or of a database's sessions is
+        /// read.
+        #[arg(long, conflicts_with = "quiet")]
+        progress: bool,
         /// Session files, folders of them, harness roots or `.db` files.
         #[arg(required = true, value_name = "PATH")]
         files: Vec<PathBuf>,
@@ -595,6 +601,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             replace,
             no_repair,
             quiet,
+            progress,
             files,
         } => crate::transfer::import(
             dir,
@@ -605,6 +612,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
                 replace,
                 no_repair,
                 quiet,
+                progress,
             },
             out,
         ),
@@ -665,7 +673,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             };
             let mut worst: Option<Failure> = None;
             let mut failed = 0;
-            let mut progress = crate::transfer::Progress::new("verify", ids.len() as u64, quiet);
+            let mut progress = crate::progress::Progress::new("verify", ids.len() as u64, quiet);
             for id in &ids {
                 match store.verify(id) {
                     Ok(r) => {

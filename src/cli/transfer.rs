@@ -3,69 +3,12 @@
 //! SQLite schema 4 and 17), with progress bars on a terminal.
 
 use crate::failure::{Failure, io_err, open_read_only, open_writer, plural, store_err};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use crate::progress::{ImportProgress, Progress};
 use sessionlog::adapters::harness::{self, ExportOptions, ImportError, ImportOptions};
 use sessionlog::adapters::{sqlite, sqlite_export, sqlite17};
 use sessionlog::store;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-
-/// A progress bar on stderr, shown only on a terminal and without `--quiet`.
-pub struct Progress {
-    bar: ProgressBar,
-    events: u64,
-}
-
-impl Progress {
-    /// A bar over `len` sessions.
-    pub fn new(what: &str, len: u64, quiet: bool) -> Progress {
-        let bar = ProgressBar::with_draw_target(
-            Some(len),
-            if quiet || !std::io::stderr().is_terminal() {
-                ProgressDrawTarget::hidden()
-            } else {
-                ProgressDrawTarget::stderr()
-            },
-        );
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{prefix} [{bar:30}] {pos}/{len} sessions, {msg} ({elapsed})",
-            )
-            .expect("valid template")
-            .progress_chars("=> "),
-        );
-        bar.set_prefix(what.to_owned());
-        Progress { bar, events: 0 }
-    }
-
-    /// One session done, with its events and bytes.
-    pub fn done(&mut self, events: u64) {
-        self.events += events;
-        let secs = self.bar.elapsed().as_secs_f64().max(1e-9);
-        self.bar.set_message(format!(
-            "{} events, {:.0} events/s",
-            self.events,
-            self.events as f64 / secs
-        ));
-        self.bar.inc(1);
-    }
-
-    /// Prints a line above the bar (or plainly, when hidden).
-    pub fn println(&self, out: &mut impl Write, line: &str) -> Result<(), Failure> {
-        if self.bar.is_hidden() {
-            writeln!(out, "{line}").map_err(io_err)
-        } else {
-            self.bar
-                .suspend(|| writeln!(out, "{line}").and_then(|()| out.flush()))
-                .map_err(io_err)
-        }
-    }
-
-    /// Removes the bar.
-    pub fn finish(self) {
-        self.bar.finish_and_clear();
-    }
-}
 
 /// What `import` was asked to do.
 pub struct ImportArgs {
@@ -79,6 +22,8 @@ pub struct ImportArgs {
     pub no_repair: bool,
     /// No progress bar.
     pub quiet: bool,
+    /// Progress as plain lines on stderr when no bar is drawn.
+    pub progress: bool,
 }
 
 /// One thing to import.
@@ -224,7 +169,7 @@ pub fn import(
         });
     }
     let store = open_writer(dir, true)?;
-    let mut progress = Progress::new("import", sources.len() as u64, args.quiet);
+    let mut progress = ImportProgress::new(sources.len() as u64, args.quiet, args.progress);
     let mut worst: Option<Failure> = None;
     let mut failed = 0usize;
     let mut note = |f: Failure, worst: &mut Option<Failure>| {
@@ -235,6 +180,8 @@ pub fn import(
         }
     };
     for (source, id) in sources.iter().zip(ids) {
+        let (Source::Jsonl(path) | Source::Db(path)) = source;
+        progress.start(path);
         match source {
             Source::Jsonl(path) => {
                 let opts = ImportOptions {
@@ -242,7 +189,9 @@ pub fn import(
                     repair: !args.no_repair,
                     id,
                 };
-                match harness::import_file(&store, path, opts) {
+                match harness::import_file_with_progress(&store, path, opts, &mut |p| {
+                    progress.observe(p)
+                }) {
                     Ok(r) => {
                         if let Some(t) = &r.torn {
                             eprintln!(
@@ -273,7 +222,6 @@ pub fn import(
                             )
                         };
                         progress.println(out, &line)?;
-                        progress.done(r.events);
                     }
                     Err(e) => {
                         let (f, fatal) = import_error(e);
@@ -286,42 +234,43 @@ pub fn import(
                                 plural(failed as u64, "failed source")
                             )));
                         }
-                        progress.done(0);
                     }
                 }
             }
-            Source::Db(path) => match sqlite::import_db(&store, path, args.replace) {
-                Ok(report) => {
-                    for s in &report.sessions {
-                        if let Some(seq) = s.torn_from {
-                            eprintln!(
-                                "note: {}: session {}: torn physical tail dropped from seq {seq}",
-                                path.display(),
-                                s.id
+            Source::Db(path) => {
+                match sqlite::import_db_with_progress(&store, path, args.replace, &mut |p| {
+                    progress.observe(p)
+                }) {
+                    Ok(report) => {
+                        for s in &report.sessions {
+                            if let Some(seq) = s.torn_from {
+                                eprintln!(
+                                    "note: {}: session {}: torn physical tail dropped from seq {seq}",
+                                    path.display(),
+                                    s.id
+                                );
+                            }
+                            let line = format!(
+                                "imported {}: {} ({}) from {}",
+                                s.id,
+                                plural(s.events, "event"),
+                                plural(s.closers, "closer"),
+                                path.display()
                             );
+                            progress.println(out, &line)?;
                         }
-                        let line = format!(
-                            "imported {}: {} ({}) from {}",
-                            s.id,
-                            plural(s.events, "event"),
-                            plural(s.closers, "closer"),
-                            path.display()
-                        );
-                        progress.println(out, &line)?;
                     }
-                    progress.done(report.sessions.iter().map(|s| s.events).sum());
+                    Err(e) => {
+                        let m = match e {
+                            sqlite::SqliteError::ExistsInStore { .. } => {
+                                format!("{e}\nhint: `import --replace` overwrites it")
+                            }
+                            e => e.to_string(),
+                        };
+                        note(Failure::Invalid(m), &mut worst);
+                    }
                 }
-                Err(e) => {
-                    let m = match e {
-                        sqlite::SqliteError::ExistsInStore { .. } => {
-                            format!("{e}\nhint: `import --replace` overwrites it")
-                        }
-                        e => e.to_string(),
-                    };
-                    note(Failure::Invalid(m), &mut worst);
-                    progress.done(0);
-                }
-            },
+            }
         }
     }
     progress.finish();

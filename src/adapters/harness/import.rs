@@ -3,7 +3,7 @@
 
 use super::zstd::{TornFrame, ZstdError, is_zstd, read_zstd_session};
 use crate::adapters::jsonl::{self, TornTail};
-use crate::adapters::storing;
+use crate::adapters::{Progress, Reporter, storing};
 use crate::event::OwnedEvent;
 use crate::json::{self, Fields};
 use crate::store::{self, Store};
@@ -181,6 +181,39 @@ pub fn import_file(
     path: &Path,
     opts: ImportOptions,
 ) -> Result<ImportReport, ImportError> {
+    import_file_with_progress(store, path, opts, &mut |_| {})
+}
+
+/// [`import_file`], telling `progress` how far it has got as it goes: the
+/// bytes of the file's text read and checked (of a Zstandard log, of its
+/// decoded text) and the events, at most once per [`REPORT_BYTES`], then
+/// the session stored. See [`Progress`].
+///
+/// ```
+/// use sessionlog::adapters::harness::{ImportOptions, import_file_with_progress};
+/// use sessionlog::adapters::{Progress, Stage};
+/// use sessionlog::store::{Options, Store};
+/// let dir = std::env::temp_dir().join(format!("sessionlog-doc-progress-{}", std::process::id()));
+/// let _ = std::fs::remove_dir_all(&dir);
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let file = dir.join("s.jsonl");
+/// std::fs::write(&file, "{\"type\":\"session\",\"id\":\"s\",\"createdAt\":0}\n").unwrap();
+/// let store = Store::open(dir.join("store"), Options::default()).unwrap();
+/// let mut last = Progress::default();
+/// import_file_with_progress(&store, &file, ImportOptions::default(), &mut |p| last = p).unwrap();
+/// assert_eq!((last.stage, last.sessions, last.total_bytes), (Stage::Storing, 1, 42));
+/// # drop(store);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+///
+/// [`REPORT_BYTES`]: crate::adapters::REPORT_BYTES
+pub fn import_file_with_progress(
+    store: &Store,
+    path: &Path,
+    opts: ImportOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<ImportReport, ImportError> {
+    let mut progress = Reporter::new(progress);
     let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
         path: path.to_owned(),
         source,
@@ -204,7 +237,8 @@ pub fn import_file(
             violation,
         }
     };
-    let session = jsonl::read_session(&text, false).map_err(corrupt)?;
+    progress.start_text(text.len() as u64);
+    let session = jsonl::read_session_reporting(&text, false, &mut progress).map_err(corrupt)?;
     let mut header = session.header.header.clone();
     if let Some(id) = &opts.id {
         header.id = id.clone();
@@ -242,6 +276,8 @@ pub fn import_file(
             id,
         });
     }
+    let events = session.events.len() as u64;
+    progress.storing(events);
     storing::store_session(store, header, &session.events, opts.replace).map_err(|e| match e {
         store::Error::Exists(_) => ImportError::Exists {
             path: path.to_owned(),
@@ -254,11 +290,12 @@ pub fn import_file(
     } else {
         Vec::new()
     };
+    progress.stored(events);
     Ok(ImportReport {
         path: path.to_owned(),
         id: id.clone(),
         zstd,
-        events: session.events.len() as u64,
+        events,
         replaced,
         torn: session.torn.clone(),
         torn_frame,

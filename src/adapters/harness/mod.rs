@@ -51,7 +51,9 @@ mod zstd;
 pub use export::{
     ExportError, ExportOptions, ExportReport, export_session, export_session_to_root,
 };
-pub use import::{ImportError, ImportOptions, ImportReport, import_file};
+pub use import::{
+    ImportError, ImportOptions, ImportReport, import_file, import_file_with_progress,
+};
 pub use packed::{MIN_PACKED_RUN, PackedKind, PackedRow, Row, pack_chunks, write_session_packed};
 pub use zstd::{
     TornFrame, WriteStats, ZstdError, ZstdText, is_zstd, read_zstd_session,
