@@ -437,6 +437,7 @@ fn surface_op_json(out: &mut String, op: SurfaceOp) {
                 "{{\"op\":\"replace\",\"start\":{start},\"end\":{end}}}"
             );
         }
+        other => unimplemented!("surface op {other:?}"),
     }
 }
 

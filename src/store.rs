@@ -23,6 +23,14 @@ pub use crate::engine::{
     Derived, Durability, Error, Events, Options, Recovery, Result, SalvageCut, Salvaged,
     SessionStats, Store, Tail, Unaccounted, VerifyReport,
 };
+/// The errors of the file formats an [`Error`] carries (the format modules
+/// themselves are crate-private).
+pub use crate::format::{
+    checkpoint::{CheckpointError, Section as CheckpointSection},
+    codec::CodecError,
+    manifest::ManifestError,
+    segment::SegmentError,
+};
 /// The `object_store` crate the archive is built on (`archive` feature):
 /// build a backend with it for [`ArchiveOptions::new`], at the version this
 /// crate uses.

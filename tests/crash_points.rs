@@ -23,7 +23,7 @@
 
 use sessionlog::header::SessionHeader;
 use sessionlog::store::Store;
-use sessionlog::vfs::{self, Metadata, SegmentBytes, Vfs, VfsFile, VfsLock};
+use sessionlog::vfs::{self, Metadata, SegmentBytes, Vfs, VfsFile};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
 use std::io;
@@ -557,20 +557,6 @@ impl Vfs for CrashFs {
     fn symlink_metadata(&self, path: &Path) -> io::Result<Metadata> {
         self.op()?;
         self.real.symlink_metadata(path)
-    }
-    fn lock(&self, path: &Path) -> io::Result<Option<VfsLock>> {
-        self.op()?;
-        let existed = self.real.exists(path);
-        let lock = self.real.lock(path)?;
-        if !existed {
-            let mut m = self.model.lock().unwrap();
-            let ino = m.next_ino;
-            m.next_ino += 1;
-            m.inodes.insert(ino, Inode::default());
-            m.paths.insert(path.to_owned(), ino);
-            m.add_entry(path, Node::File(ino));
-        }
-        Ok(lock)
     }
 }
 

@@ -279,6 +279,7 @@ fn fixture_packed_rows_repack_byte_for_byte() {
                     );
                     assert!(value_eq(&a, &b), "{}: {line}", file.display());
                 }
+                other => unimplemented!("row {other:?}"),
             }
         }
         // The whole packed file, as values (event key order may differ:

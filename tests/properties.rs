@@ -181,6 +181,7 @@ impl RefSurface {
                 }
                 RefPlan::Replace(self.nodes[p..=q].to_vec())
             }
+            Some(other) => unimplemented!("the reference model has no surface op {other:?}"),
         };
         if let Some(src) = &e.source_event_seqs {
             if src.is_empty() && e.kind != "assistant/message" {

@@ -49,6 +49,7 @@ pub fn zstd_session_limit(compressed: usize) -> u64 {
 
 /// Why a bounded decode stopped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// The bytes are not valid Zstandard (bad magic, corrupt block, checksum
     /// mismatch, a window above [`ZSTD_WINDOW_LOG_MAX`]).

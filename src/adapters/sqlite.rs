@@ -106,6 +106,7 @@ fn expected_columns(table: &str) -> Vec<Column> {
 /// Errors of the SQLite adapter; each names the database file and, where
 /// there is one, the session and seq.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SqliteError {
     /// SQLite itself failed (open, query, write).
     #[error("{path}: SQLite error: {source}")]

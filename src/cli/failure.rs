@@ -3,7 +3,6 @@
 //! `transfer` and `demo`, which depend on this module and not on each
 //! other.
 
-use sessionlog::manifest::MANIFEST_FILE;
 use sessionlog::store::{self, Options, Store};
 use std::io;
 use std::path::Path;
@@ -60,8 +59,8 @@ pub(crate) fn plural(n: impl Into<u64>, word: &str) -> String {
 /// The exit code of a store error: bad data, damage or a bad request is 1,
 /// anything about the disk, a missing store or a lock is 3.
 pub(crate) fn store_err(e: store::Error) -> Failure {
-    use sessionlog::manifest::ManifestError as M;
     use store::Error as E;
+    use store::ManifestError as M;
     // What happened (the error names session, seq, file and offset), then
     // what to do about it.
     let hint = match &e {
@@ -202,7 +201,7 @@ pub(crate) fn open_writer(dir: &Path, create: bool) -> Result<Store, Failure> {
             )));
         }
     }
-    if !create && !archived() && !dir.join(MANIFEST_FILE).is_file() {
+    if !create && !archived() && !Store::is_store(dir) {
         return Err(Failure::Io(format!(
             "{}: no store here (`import` creates one)",
             dir.display()

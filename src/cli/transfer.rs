@@ -376,6 +376,7 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
     let export_err = |e: harness::ExportError| match e {
         harness::ExportError::Store(e) => store_err(e),
         harness::ExportError::Io(e) => Failure::Io(format!("writing the export: {e}")),
+        e => Failure::Invalid(e.to_string()),
     };
     match to {
         None => {

@@ -24,6 +24,9 @@ use std::sync::{Arc, Mutex, RwLock};
 
 pub(super) struct Inner {
     pub(super) options: Options,
+    /// The file system every file operation goes through (the real one but
+    /// in fault-injection tests, `internals` feature).
+    pub(super) vfs: Arc<dyn Vfs>,
     pub(super) read_only: bool,
     pub(super) store_id: [u8; 16],
     /// The per-session writer locks (`None`: a read-only handle on a store
@@ -151,7 +154,7 @@ impl Store {
     /// first write takes the session's writer lock; a second writer gets
     /// [`Error::Locked`]), and every handle sees every acknowledged append.
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
-        Self::open_with(dir.as_ref(), options, false)
+        Self::open_with(dir.as_ref(), options, crate::vfs::real(), false)
     }
 
     /// Opens an existing store for reading only; never writes. Records a
@@ -159,34 +162,62 @@ impl Store {
     /// whose last turn is open is shown closed (its closers synthesised in
     /// memory, not stored).
     pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Store> {
-        Self::open_with(dir.as_ref(), Options::default(), true)
+        Self::open_with(dir.as_ref(), Options::default(), crate::vfs::real(), true)
     }
 
-    /// [`Store::open`] with every file operation going through `vfs`
-    /// (replacing `options.vfs`).
+    /// [`Store::open`] with every file operation going through `vfs` (fault
+    /// injection; unstable, `internals` feature).
+    #[cfg(feature = "internals")]
     pub fn open_with_vfs(
         dir: impl AsRef<Path>,
         options: Options,
         vfs: Arc<dyn Vfs>,
     ) -> Result<Store> {
-        Self::open_with(dir.as_ref(), Options { vfs, ..options }, false)
+        Self::open_with(dir.as_ref(), options, vfs, false)
     }
 
-    /// [`Store::open_read_only`] through `vfs`.
+    /// [`Store::open_read_only`] through `vfs` (unstable, `internals`
+    /// feature).
+    #[cfg(feature = "internals")]
     pub fn open_read_only_with_vfs(dir: impl AsRef<Path>, vfs: Arc<dyn Vfs>) -> Result<Store> {
-        Self::open_with(
-            dir.as_ref(),
-            Options {
-                vfs,
-                ..Options::default()
-            },
-            true,
-        )
+        Self::open_with(dir.as_ref(), Options::default(), vfs, true)
     }
 
-    pub(super) fn open_with(dir: &Path, options: Options, read_only: bool) -> Result<Store> {
-        let vfs = options.vfs.clone();
-        let archive = super::hooks::before_open(dir, &options, read_only)?; // issue 17
+    /// Whether `dir` holds a store (its `MANIFEST` file is there); does not
+    /// open it. [`Store::open`] creates a store in a missing or empty
+    /// directory, so a caller that must not create one asks this first.
+    pub fn is_store(dir: impl AsRef<Path>) -> bool {
+        dir.as_ref().join(crate::manifest::MANIFEST_FILE).is_file()
+    }
+
+    /// Where the files of session `id` live in the store at `dir`, computed
+    /// without touching the disk: a directory under `dir/sessions/` named
+    /// for the id (`format-spec.md` at the repository's root, "Directory
+    /// layout"). [`Error::BadId`] for an id that cannot be stored.
+    pub fn session_dir_in(dir: impl AsRef<Path>, id: &str) -> Result<PathBuf> {
+        let name = fsutil::encode_session_dir_name(id).map_err(|e| Error::BadId {
+            id: id.to_owned(),
+            reason: e.to_string(),
+        })?;
+        Ok(dir.as_ref().join(super::registry::SESSIONS_DIR).join(name))
+    }
+
+    /// The segment files of session `id`, oldest first: the last one is the
+    /// active segment appends go to (for backups and inspection; the store
+    /// owns them, and nothing but the store may write them).
+    pub fn segment_files(&self, id: &str) -> Result<Vec<PathBuf>> {
+        self.with_session(id, |s| {
+            Ok(s.segs.iter().map(|seg| seg.path.clone()).collect())
+        })
+    }
+
+    pub(super) fn open_with(
+        dir: &Path,
+        options: Options,
+        vfs: Arc<dyn Vfs>,
+        read_only: bool,
+    ) -> Result<Store> {
+        let archive = super::hooks::before_open(dir, &options, &vfs, read_only)?; // issue 17
         // The manifest first: a store is created only in a missing or empty
         // directory, and the lock file would make it non-empty.
         let manifest = if read_only {
@@ -214,6 +245,7 @@ impl Store {
         let store = Store {
             inner: Arc::new(Inner {
                 options,
+                vfs,
                 read_only,
                 store_id: manifest.store_id,
                 locks,
@@ -468,7 +500,7 @@ impl Store {
         if s.lock.is_some() || s.unpublished {
             return Ok(()); // nobody else writes it
         }
-        let vfs = &*self.inner.options.vfs;
+        let vfs = &*self.inner.vfs;
         let id = s.header.id.clone();
         match vfs.metadata(&s.dir) {
             Ok(m) if m.ino == s.dir_ino => {}
@@ -651,10 +683,10 @@ impl Store {
     /// committed bytes, so the mapping never reads past the end of the file
     /// and never sees bytes change (see [`crate::vfs::RealFs`]'s `map`).
     pub(super) fn map_file(&self, path: &Path) -> Result<SegmentBytes> {
-        match self.inner.options.vfs.map(path) {
+        match self.inner.vfs.map(path) {
             // Issue 17: evicted after the directory was listed.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.archive_fetch(path) => {
-                self.inner.options.vfs.map(path).map_err(io_at(path))
+                self.inner.vfs.map(path).map_err(io_at(path))
             }
             r => r.map_err(io_at(path)),
         }

@@ -203,7 +203,7 @@ impl Store {
         s.uid = uid;
         s.dir = entry.dir.clone();
         s.unpublished = false;
-        let vfs = &*self.inner.options.vfs;
+        let vfs = &*self.inner.vfs;
         s.dir_ino = vfs.metadata(&s.dir).map_err(io_at(&s.dir))?.ino;
         s.lineage = Lineage::read_with(vfs, &s.dir).map_err(|reason| Error::Corrupt {
             session: s.header.id.clone(),
@@ -467,7 +467,7 @@ impl Store {
         ident: &SegmentIdent,
         from: u64,
     ) -> Result<segment::Committed> {
-        let vfs = &*self.inner.options.vfs;
+        let vfs = &*self.inner.vfs;
         let max = self.read_limit();
         let opts = ScanOptions {
             max_record: max,

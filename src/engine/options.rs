@@ -1,8 +1,6 @@
 //! Store options: durability modes and tuning.
 
 use crate::segment;
-use crate::vfs::Vfs;
-use std::sync::Arc;
 
 /// When an append is durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +34,7 @@ pub struct Options {
     /// whichever is larger: the cost per event stays O(1) amortised).
     pub checkpoint_every: u64,
     /// The largest step of segment space preallocated (allocated and
-    /// zeroed) at a time (default 1 MiB, [`segment::DEFAULT_PREALLOCATE`]);
+    /// zeroed) at a time (default 1 MiB);
     /// a segment grows by as much as it holds (at least 64 KiB) up to this,
     /// so small sessions zero-fill little. 0 disables preallocation.
     pub preallocate: u64,
@@ -55,9 +53,6 @@ pub struct Options {
     /// terms (the harness's coordinator does) turns this off and uses
     /// [`Store::repair`](crate::store::Store::repair).
     pub close_interrupted_turns: bool,
-    /// The file system every file operation goes through (default: the
-    /// real one, [`crate::vfs::RealFs`]).
-    pub vfs: Arc<dyn Vfs>,
     /// The archive tier on object storage (`archive` feature, issue 17;
     /// default `None`: sessions live on the local disk only).
     #[cfg(feature = "archive")]
@@ -75,7 +70,6 @@ impl Default for Options {
             strict: false,
             max_open_sessions: 512,
             close_interrupted_turns: true,
-            vfs: crate::vfs::real(),
             #[cfg(feature = "archive")]
             archive: None,
         }

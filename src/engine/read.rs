@@ -207,7 +207,6 @@ impl Store {
             // progress, which only its writer can tell from a torn one.
             let mut bytes = self
                 .inner
-                .options
                 .vfs
                 .read_file(&seg.path)
                 .map_err(io_at(&seg.path))?;
@@ -293,12 +292,11 @@ impl Store {
         }
         let checkpoint_modified = self
             .inner
-            .options
             .vfs
             .metadata(&s.dir.join(checkpoint::CHECKPOINT_FILE))
             .ok()
             .and_then(|m| m.modified);
-        let vfs = &*self.inner.options.vfs;
+        let vfs = &*self.inner.vfs;
         let mut allocated = 0;
         let names = match vfs.read_dir(&s.dir) {
             Ok(names) => names,

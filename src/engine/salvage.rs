@@ -47,7 +47,7 @@ impl Store {
         let entry = self
             .entry(id)?
             .ok_or_else(|| Error::NotFound(id.to_owned()))?;
-        let vfs = &*self.inner.options.vfs;
+        let vfs = &*self.inner.vfs;
         let lineage = Lineage::read_with(vfs, &entry.dir).map_err(|reason| Error::Corrupt {
             session: id.to_owned(),
             segment: entry.dir.join(crate::lineage::LINEAGE_FILE),

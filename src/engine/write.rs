@@ -258,7 +258,7 @@ impl Store {
         }
         let first_seq = events[0].seq;
         let first_append = s.unpublished;
-        let vfs = &*opts.vfs;
+        let vfs = &*self.inner.vfs;
         if first_append && !s.staged {
             // A new session is built where no other process looks, and
             // published whole once its first batch is durable.
@@ -375,7 +375,7 @@ impl Store {
             first_seq,
         };
         let path = s.dir.join(segment::segment_file_name(first_seq));
-        let vfs = &*self.inner.options.vfs;
+        let vfs = &*self.inner.vfs;
         // On failure `create_with` removes the file itself: a retry can
         // create it again.
         let first_step = growth_step(self.inner.options.preallocate, 0);
@@ -416,7 +416,7 @@ impl Store {
         let path = s.segs.last().expect("active").path.clone();
         let sealed = w
             .seal_auto()
-            .and_then(|()| segment::map_sealed_with(&*self.inner.options.vfs, &path))
+            .and_then(|()| segment::map_sealed_with(&*self.inner.vfs, &path))
             .map_err(|e| segment_error(&s.header.id, &path, e));
         match sealed {
             Ok(map) => {
@@ -481,7 +481,7 @@ impl Store {
             batches: s.batches.to_vec(),
             node_locs: s.node_locs.0.clone(),
         };
-        checkpoint::write_with(&*self.inner.options.vfs, &s.dir, &body).map_err(|source| {
+        checkpoint::write_with(&*self.inner.vfs, &s.dir, &body).map_err(|source| {
             Error::Checkpoint {
                 session: s.header.id.clone(),
                 dir: s.dir.clone(),
@@ -583,7 +583,7 @@ impl Store {
         // The child is built in staging and published whole: a crash before
         // leaves a staged directory (discarded at the next open), never a
         // partial child.
-        let vfs = &*self.inner.options.vfs;
+        let vfs = &*self.inner.vfs;
         let prepare = |staged: &Path| -> Result<()> {
             if !shared.is_empty() {
                 // The lineage must be durable before the links it vouches for.
@@ -741,7 +741,7 @@ impl Store {
         }
         // The new session takes the entry's place, with the lock.
         c.lock = s.lock.take();
-        c.dir_ino = self.inner.options.vfs.metadata(&c.dir).map_or(0, |m| m.ino);
+        c.dir_ino = self.inner.vfs.metadata(&c.dir).map_or(0, |m| m.ino);
         *s = c;
         Ok(())
     }

@@ -20,7 +20,9 @@
 
 use crate::format::bytes::{le_u32, le_u64};
 use crate::fsutil;
-use crate::vfs::{RealFs, Vfs};
+#[cfg(any(test, feature = "internals"))]
+use crate::vfs::RealFs;
+use crate::vfs::Vfs;
 use std::path::Path;
 
 /// The lineage file's name in a session directory.
@@ -51,6 +53,7 @@ impl Lineage {
     }
 
     /// Whether no segment is shared.
+    #[cfg(any(test, feature = "internals"))]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -102,6 +105,7 @@ impl Lineage {
     }
 
     /// Reads the lineage of the session in `dir` (empty when there is none).
+    #[cfg(any(test, feature = "internals"))]
     pub fn read(dir: &Path) -> Result<Lineage, String> {
         Self::read_with(&RealFs, dir)
     }
@@ -116,6 +120,7 @@ impl Lineage {
     }
 
     /// Writes it atomically into `dir` (temp file, fsync, rename, dir fsync).
+    #[cfg(any(test, feature = "internals"))]
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
         self.write_with(&RealFs, dir)
     }

@@ -32,7 +32,9 @@ use std::path::{Path, PathBuf};
 
 use crate::format::bytes::le_u32;
 use crate::fsutil::{self, TMP_SUFFIX};
-use crate::vfs::{RealFs, Vfs};
+#[cfg(any(test, feature = "internals"))]
+use crate::vfs::RealFs;
+use crate::vfs::Vfs;
 
 /// Name of the manifest file in the store directory.
 pub const MANIFEST_FILE: &str = "MANIFEST";
@@ -52,6 +54,7 @@ pub const MANIFEST_MAX_LEN: usize = 4096;
 
 /// Errors opening or creating a store manifest.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ManifestError {
     /// Reading or writing failed.
     #[error("{}: {source}", path.display())]
@@ -62,7 +65,7 @@ pub enum ManifestError {
         source: io::Error,
     },
     /// The directory does not exist, or is empty: no store has been created
-    /// there yet ([`Manifest::create`] can create one).
+    /// there yet ([`Store::open`](crate::store::Store::open) creates one).
     #[error("{}: no sessionlog store here (missing or empty directory)", path.display())]
     Missing {
         /// The store directory.
@@ -75,7 +78,7 @@ pub enum ManifestError {
         /// The directory.
         path: PathBuf,
     },
-    /// [`Manifest::create`] found an existing manifest.
+    /// Creating a store found an existing manifest.
     #[error("{}: a store already exists here", path.display())]
     AlreadyExists {
         /// The manifest path.
@@ -91,7 +94,7 @@ pub enum ManifestError {
         path: PathBuf,
         /// The version in the manifest.
         found: u32,
-        /// The version this build reads ([`STORE_FORMAT_VERSION`]).
+        /// The version this build reads (`STORE_FORMAT_VERSION`).
         supported: u32,
     },
     /// The manifest exists but is damaged or not a manifest.
@@ -202,6 +205,7 @@ impl Manifest {
     /// crashed), [`ManifestError::NotAStore`] if it has no `MANIFEST` but
     /// other entries, [`ManifestError::UnsupportedVersion`],
     /// [`ManifestError::Corrupt`] and [`ManifestError::Io`].
+    #[cfg(any(test, feature = "internals"))]
     pub fn open(dir: impl AsRef<Path>) -> Result<Manifest, ManifestError> {
         Self::open_with(&RealFs, dir.as_ref())
     }
@@ -257,6 +261,7 @@ impl Manifest {
     /// and synced under a name of its own, then hard-linked to `MANIFEST`,
     /// which fails if another process created one first; that process's
     /// manifest then stands ([`Manifest::open_or_create`] opens it).
+    #[cfg(any(test, feature = "internals"))]
     pub fn create(dir: impl AsRef<Path>) -> Result<Manifest, ManifestError> {
         Self::create_with(&RealFs, dir.as_ref())
     }
@@ -311,6 +316,7 @@ impl Manifest {
     /// A missing `dir` is created with mode `0700` (its parent must exist)
     /// and its parent directory is synced, so the new store's directory entry
     /// is durable before the manifest is written into it.
+    #[cfg(any(test, feature = "internals"))]
     pub fn open_or_create(dir: impl AsRef<Path>) -> Result<(Manifest, bool), ManifestError> {
         Self::open_or_create_with(&RealFs, dir.as_ref())
     }

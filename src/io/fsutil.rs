@@ -11,16 +11,23 @@
 //! (owner only), because session logs hold private conversations. The process
 //! umask can only remove bits from these modes, never add them.
 
-use crate::vfs::{RealFs, Vfs};
-use std::fs::{File, OpenOptions};
+#[cfg(any(test, feature = "internals"))]
+use crate::vfs::RealFs;
+use crate::vfs::Vfs;
+use std::fs::File;
+#[cfg(any(test, feature = "internals"))]
+use std::fs::OpenOptions;
 use std::io::{self, Read};
+#[cfg(any(test, feature = "internals"))]
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Mode of every file the store creates.
+#[cfg(any(test, feature = "internals"))]
 pub const FILE_MODE: u32 = crate::vfs::FILE_MODE;
 
 /// Mode of every directory the store creates.
+#[cfg(any(test, feature = "internals"))]
 pub const DIR_MODE: u32 = crate::vfs::DIR_MODE;
 
 /// Suffix of the temporary file [`write_atomic`] writes before renaming it.
@@ -42,6 +49,7 @@ const HASH_MARKER: &str = "~h";
 ///
 /// Fails if it already exists. The new entry in the parent is not durable
 /// until the caller runs [`sync_dir`] on the parent.
+#[cfg(any(test, feature = "internals"))]
 pub fn create_dir_private(path: impl AsRef<Path>) -> io::Result<()> {
     RealFs.create_dir(path.as_ref())
 }
@@ -52,6 +60,7 @@ pub fn create_dir_private(path: impl AsRef<Path>) -> io::Result<()> {
 ///
 /// Neither the contents nor the new directory entry are durable until the
 /// caller `fsync`s the file and then the parent directory ([`sync_dir`]).
+#[cfg(any(test, feature = "internals"))]
 pub fn create_file_private(path: impl AsRef<Path>) -> io::Result<File> {
     OpenOptions::new()
         .read(true)
@@ -67,6 +76,7 @@ pub fn create_file_private(path: impl AsRef<Path>) -> io::Result<File> {
 /// Until the directory itself is synced, a crash can undo the change even
 /// though the file's own data was synced (the file then has no name, or its
 /// old name).
+#[cfg(any(test, feature = "internals"))]
 pub fn sync_dir(path: impl AsRef<Path>) -> io::Result<()> {
     RealFs.sync_dir(path.as_ref())
 }
@@ -94,6 +104,7 @@ pub fn sync_dir(path: impl AsRef<Path>) -> io::Result<()> {
 /// must treat the outcome as unknown (old or new).
 ///
 /// `name` must be a single path component (no `/`, not `.` or `..`).
+#[cfg(any(test, feature = "internals"))]
 pub fn write_atomic(dir: impl AsRef<Path>, name: &str, bytes: &[u8]) -> io::Result<()> {
     write_atomic_with(&RealFs, dir.as_ref(), name, bytes)
 }

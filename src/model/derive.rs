@@ -20,6 +20,7 @@ use std::ops::Range;
 
 /// One derived message, borrowing from the stored payloads.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub enum Message<'a> {
     /// A stored JSON value used as is (user messages, nested dialect).
     Verbatim(&'a str),

@@ -88,6 +88,7 @@ fn static_kind(kind: Cow<'_, str>) -> Cow<'static, str> {
 
 /// How an event entered the surface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub enum SurfaceOp {
     /// Added at the tail.
     Append,

@@ -43,6 +43,7 @@ impl EventSource for Vec<Event<'_>> {
 
 /// The three surface-eligible event types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum NodeKind {
     /// `user/message`.
     User,
@@ -170,6 +171,7 @@ pub(crate) struct SurfaceParts<'a> {
 
 /// What [`Surface::check`] decided an event does.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Plan {
     /// Not a surface event: only `lastProcessedSeq` moves.
     Skip,

@@ -13,6 +13,7 @@ use std::fmt;
 /// fixtures' manifest refers to them as `fail:<rule>@<seq>`. The variants are
 /// listed in the order the checks run for one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Rule {
     /// The line is not a JSON object (or not valid UTF-8).
     Json,
@@ -72,6 +73,7 @@ impl fmt::Display for Rule {
 
 /// Where a violation was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Location {
     /// An event, by its seq (the seq it claims, for contiguity).
     Seq(u64),

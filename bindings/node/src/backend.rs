@@ -394,14 +394,7 @@ impl Shared {
 
 /// Where a session's files live under `root`, without touching the disk.
 pub fn session_dir(root: &Path, id: &str) -> Result<PathBuf> {
-    let name = sessionlog::fsutil::encode_session_dir_name(id).map_err(|e| {
-        fail(
-            "SESSIONLOG_BAD_ID",
-            format!("invalid session id {id:?}: {e}"),
-        )
-    })?;
-    // `sessions/` is the store's layout (format-spec.md, "Directory layout").
-    Ok(root.join("sessions").join(name))
+    Ok(Store::session_dir_in(root, id)?)
 }
 
 /// Test-only: writes a torn record (a frame header promising more bytes than
@@ -428,18 +421,9 @@ pub fn corrupt_tail_for_test(root: &Path, id: &str) -> Result<()> {
     // committed end as it is on disk.
     let store = Store::open_read_only(&root)?;
     let stats = store.stats(id)?;
+    let mut segments = store.segment_files(id)?;
     drop(store);
-    let dir = session_dir(&root, id)?;
-    let mut segments: Vec<(u64, PathBuf)> = std::fs::read_dir(&dir)
-        .map_err(|e| io("cannot list", &dir, e))?
-        .filter_map(|entry| {
-            let name = entry.ok()?.file_name().into_string().ok()?;
-            let first = sessionlog::segment::parse_segment_file_name(&name)?;
-            Some((first, dir.join(name)))
-        })
-        .collect();
-    segments.sort();
-    let (_, active) = segments.pop().ok_or_else(|| {
+    let active = segments.pop().ok_or_else(|| {
         fail(
             "SESSIONLOG_NOT_FOUND",
             format!("session {id:?} has no segment"),
@@ -448,7 +432,7 @@ pub fn corrupt_tail_for_test(root: &Path, id: &str) -> Result<()> {
     // `stats.bytes` counts sealed segments whole and the active one up to
     // its committed end.
     let mut sealed = 0;
-    for (_, path) in &segments {
+    for path in &segments {
         sealed += std::fs::metadata(path)
             .map_err(|e| io("cannot stat", path, e))?
             .len();

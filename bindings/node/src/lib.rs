@@ -1,6 +1,8 @@
 //! Node binding of sessionlog: `openSessionLog(root)` returns the harness's
 //! `PersistenceBackend` hooks over a [`sessionlog::store::Store`], with JSON
-//! text at the boundary (see `../README.md` and the harness contract).
+//! text at the boundary (see the repository's `README.md`, "Node binding",
+//! and the harness contract, kept beside the repository in
+//! `../shared/harness-contract`, not in it).
 //!
 //! Every hook that can touch the disk returns a Promise and runs on libuv's
 //! worker pool (a napi [`AsyncTask`]): the JavaScript thread never waits for

@@ -32,6 +32,7 @@ pub struct ExportReport {
 
 /// Why an export failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExportError {
     /// The store could not load the session.
     #[error(transparent)]

@@ -59,6 +59,7 @@ pub struct ImportReport {
 
 /// Why [`import_file`] stored nothing. In every case the store is as it was.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ImportError {
     /// The file could not be read.
     #[error("{}: {source}", path.display())]

@@ -13,6 +13,7 @@ pub const MIN_PACKED_RUN: usize = 3;
 
 /// The three kinds of packed row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum PackedKind {
     /// `text-chunks`: `text-delta` members.
     Text,
@@ -134,6 +135,7 @@ impl PackedRow<'_> {
 
 /// One line of a packed JSONL file: an event as is, or a packed row.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Row<'e> {
     /// An event written verbatim.
     Event(&'e Event<'e>),

@@ -48,6 +48,7 @@ pub struct TornFrame {
 
 /// Damage in a Zstandard session log that a crash cannot explain.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ZstdError {
     /// A frame does not decode (bad magic, corrupt block, checksum
     /// mismatch).

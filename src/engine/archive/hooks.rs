@@ -6,6 +6,7 @@ use super::{Archive, dir_name};
 use crate::engine::error::{Error, Result};
 use crate::engine::handle::Store;
 use crate::engine::options::Options;
+use crate::vfs::Vfs;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -18,16 +19,16 @@ pub(crate) type Slot = OnceLock<Arc<Archive>>;
 pub(crate) fn before_open(
     dir: &Path,
     options: &Options,
+    vfs: &Arc<dyn Vfs>,
     read_only: bool,
 ) -> Result<Option<Arc<Archive>>> {
     let (Some(opts), false) = (&options.archive, read_only) else {
         return Ok(None);
     };
-    let archive =
-        Archive::new(opts.clone(), dir, options.vfs.clone()).map_err(|source| Error::Io {
-            path: dir.to_owned(),
-            source,
-        })?;
+    let archive = Archive::new(opts.clone(), dir, vfs.clone()).map_err(|source| Error::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
     archive.adopt_manifest(dir)?;
     Ok(Some(Arc::new(archive)))
 }

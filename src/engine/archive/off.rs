@@ -4,13 +4,20 @@
 use crate::engine::error::Result;
 use crate::engine::handle::Store;
 use crate::engine::options::Options;
+use crate::vfs::Vfs;
 use std::path::Path;
+use std::sync::Arc;
 
 /// No archive to keep.
 pub(crate) type Slot = ();
 
 /// Nothing to set up.
-pub(crate) fn before_open(_dir: &Path, _options: &Options, _read_only: bool) -> Result<Option<()>> {
+pub(crate) fn before_open(
+    _dir: &Path,
+    _options: &Options,
+    _vfs: &Arc<dyn Vfs>,
+    _read_only: bool,
+) -> Result<Option<()>> {
     Ok(None)
 }
 

@@ -37,7 +37,9 @@
 use crate::derive::DeriveCache;
 use crate::repair::RepairTracker;
 use crate::session::SessionState;
-use crate::vfs::{RealFs, SegmentBytes, Vfs};
+#[cfg(any(test, feature = "internals"))]
+use crate::vfs::RealFs;
+use crate::vfs::{SegmentBytes, Vfs};
 use sections::{Head, Reader};
 use std::path::Path;
 
@@ -66,6 +68,7 @@ pub const NODE_ENTRY_LEN: usize = 28;
 
 /// The sections of a checkpoint, in file order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Section {
     /// Coverage, last time, repair tracker.
     Head = 0,
@@ -73,7 +76,7 @@ pub enum Section {
     State = 1,
     /// The [`DeriveCache`].
     Derive = 2,
-    /// The batch index: fixed-width [`BatchEntry`]s.
+    /// The batch index: fixed-width batch entries.
     Batches = 3,
     /// The data locations of surface nodes: fixed-width `(seq, DataLoc)`.
     Nodes = 4,
@@ -165,6 +168,7 @@ pub struct Materialised {
 
 /// Why a checkpoint could not be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CheckpointError {
     /// There is no checkpoint file.
     #[error("no checkpoint")]
@@ -235,6 +239,7 @@ pub fn frame(sections: [&[u8]; SECTION_COUNT]) -> Vec<u8> {
 /// Recomputes every section checksum and the header checksum of checkpoint
 /// bytes in place (for tests that damage a file and want the damage to reach
 /// the decoder). Fails if the section table does not describe the file.
+#[cfg(any(test, feature = "internals"))]
 pub fn fix_checksums(bytes: &mut [u8]) -> Result<(), CheckpointError> {
     let table = section_table(bytes)?;
     for (i, (off, len, _)) in table.iter().enumerate() {
@@ -249,6 +254,7 @@ pub fn fix_checksums(bytes: &mut [u8]) -> Result<(), CheckpointError> {
 
 /// The byte range of each section of checkpoint file bytes, after checking
 /// the header and the section table (not the section checksums).
+#[cfg(any(test, feature = "internals"))]
 pub fn sections(bytes: &[u8]) -> Result<[std::ops::Range<usize>; SECTION_COUNT], CheckpointError> {
     let table = section_table(bytes)?;
     Ok(table.map(|(off, len, _)| off..off + len))
@@ -477,6 +483,7 @@ impl Checkpoint {
     }
 
     /// Decodes everything into a [`CheckpointBody`].
+    #[cfg(any(test, feature = "internals"))]
     pub fn to_body(&self) -> Result<CheckpointBody, CheckpointError> {
         let m = self.materialise()?;
         Ok(CheckpointBody {
@@ -492,6 +499,7 @@ impl Checkpoint {
 
 /// Parses checkpoint file bytes whole, verifying magic, version, checksums
 /// and the consistency checks of [`Checkpoint::materialise`].
+#[cfg(any(test, feature = "internals"))]
 pub fn decode(bytes: &[u8]) -> Result<CheckpointBody, CheckpointError> {
     Checkpoint::parse(SegmentBytes::new(bytes.to_vec()))?.to_body()
 }
@@ -509,12 +517,14 @@ pub fn open_with(vfs: &dyn Vfs, dir: &Path) -> Result<Checkpoint, CheckpointErro
 }
 
 /// Reads the checkpoint of the session in `dir`, whole.
+#[cfg(any(test, feature = "internals"))]
 pub fn read(dir: &Path) -> Result<CheckpointBody, CheckpointError> {
     open_with(&RealFs, dir)?.to_body()
 }
 
 /// Writes the checkpoint of the session in `dir` atomically: after a crash
 /// the old checkpoint or the new one is there, whole.
+#[cfg(any(test, feature = "internals"))]
 pub fn write(dir: &Path, body: &CheckpointBody) -> Result<(), CheckpointError> {
     write_with(&RealFs, dir, body)
 }
@@ -537,20 +547,13 @@ pub struct BatchIndex {
 }
 
 impl BatchIndex {
-    /// An index holding `entries`.
-    pub fn from_vec(entries: Vec<BatchEntry>) -> Self {
-        BatchIndex {
-            tail: entries,
-            ..BatchIndex::default()
-        }
-    }
-
     /// Entries in the index.
     pub fn len(&self) -> usize {
         self.base_len + self.tail.len()
     }
 
     /// Whether the index is empty.
+    #[cfg(any(test, feature = "internals"))]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -46,6 +46,7 @@ pub fn decode_batch(
 /// that stops after `count` events should call [`BatchDecoder::finish`] to
 /// detect leftover bytes.
 #[derive(Debug)]
+#[cfg(any(test, feature = "internals"))]
 pub struct BatchDecoder<'a> {
     cursor: Cursor<'a>,
     count: u32,
@@ -56,6 +57,7 @@ pub struct BatchDecoder<'a> {
     pack_error: Option<CodecError>,
 }
 
+#[cfg(any(test, feature = "internals"))]
 impl<'a> BatchDecoder<'a> {
     /// A decoder of the batch `bytes` (arguments as for [`decode_batch`]).
     ///
@@ -107,6 +109,7 @@ impl<'a> BatchDecoder<'a> {
     }
 }
 
+#[cfg(any(test, feature = "internals"))]
 impl<'a> Iterator for BatchDecoder<'a> {
     type Item = Result<Event<'a>, CodecError>;
 
@@ -139,6 +142,7 @@ impl<'a> Iterator for BatchDecoder<'a> {
     }
 }
 
+#[cfg(any(test, feature = "internals"))]
 impl std::iter::FusedIterator for BatchDecoder<'_> {}
 
 /// The decoding state shared by [`decode_batch`] and [`BatchDecoder`].

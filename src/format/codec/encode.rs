@@ -46,6 +46,7 @@ impl Default for EncodeOptions {
 /// must be given the same value.
 ///
 /// On error nothing is appended.
+#[cfg(any(test, feature = "internals"))]
 pub fn encode_batch(
     events: &[Event<'_>],
     prev_time: i64,
@@ -55,6 +56,7 @@ pub fn encode_batch(
 }
 
 /// [`encode_batch`] with explicit options.
+#[cfg(any(test, feature = "internals"))]
 pub fn encode_batch_with(
     events: &[Event<'_>],
     prev_time: i64,

@@ -96,8 +96,12 @@ mod decode;
 mod encode;
 mod varint;
 
-pub use decode::{BatchDecoder, decode_batch};
-pub use encode::{EncodeOptions, encode_batch, encode_batch_indexed, encode_batch_with};
+#[cfg(any(test, feature = "internals"))]
+pub use decode::BatchDecoder;
+pub use decode::decode_batch;
+pub use encode::{EncodeOptions, encode_batch_indexed};
+#[cfg(any(test, feature = "internals"))]
+pub use encode::{encode_batch, encode_batch_with};
 
 /// The pack's decoded length is at most this many times its compressed
 /// length, plus [`PACK_SLACK`].
@@ -121,6 +125,7 @@ const F_RESERVED: u8 = !(F_SOURCES | F_APPEND | F_REPLACE | F_IGNORABLE | F_NEW_
 
 /// Why a batch could not be encoded or decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CodecError {
     /// The bytes are not a valid batch (never a panic, whatever the input).
     #[error("corrupt event batch at byte {offset}: {reason}")]

@@ -60,13 +60,16 @@ mod scanner;
 mod writer;
 
 pub use footer::{Footer, verify_footer};
+#[cfg(any(test, feature = "internals"))]
 pub use frame::encode_frame;
 pub use header::{SegmentIdent, read_header};
-pub use reader::{
-    Committed, committed_end, map_sealed, map_sealed_with, read_batch_payload, read_range,
-};
+pub use reader::{Committed, committed_end, map_sealed_with};
+#[cfg(any(test, feature = "internals"))]
+pub use reader::{map_sealed, read_batch_payload, read_range};
 pub use scanner::{BatchLoc, Scan, ScanOptions, Tail, record_at, scan, scan_from};
-pub use writer::{RecordLoc, SegmentWriter};
+pub use writer::SegmentWriter;
+#[cfg(any(test, feature = "internals"))]
+pub use writer::RecordLoc;
 
 /// Magic bytes at offset 0 of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"SLOGSEG\0";
@@ -126,6 +129,7 @@ const RETAINED_BUF: usize = 1 << 20;
 
 /// Errors of the segment layer. The caller adds the session and file path.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SegmentError {
     /// The file does not hold what was written to it: a checksum or a
     /// structural invariant failed where a crash cannot explain it.

@@ -3,13 +3,17 @@
 //! without the writer lock), and maps of sealed segments.
 
 use super::frame::{frame_hasher, frame_trailer};
+#[cfg(any(test, feature = "internals"))]
 use super::scanner::BatchLoc;
 use super::{FOOTER_MAGIC, HEADER_LEN, MAX_RECORD_LIMIT, SegmentError, SegmentIdent};
 use crate::format::bytes::le_u32;
 use crate::vfs::{SegmentBytes, Vfs, VfsFile};
+#[cfg(any(test, feature = "internals"))]
 use std::fs::File;
 use std::io;
+#[cfg(any(test, feature = "internals"))]
 use std::ops::Range;
+#[cfg(any(test, feature = "internals"))]
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -19,6 +23,7 @@ use std::path::Path;
 /// # Panics
 ///
 /// If `loc` lies outside `bytes`: it must come from a scan of these bytes.
+#[cfg(any(test, feature = "internals"))]
 pub fn read_batch_payload<'a>(bytes: &'a [u8], loc: &BatchLoc) -> &'a [u8] {
     let r = loc.codec_range();
     &bytes[r.start as usize..r.end as usize]
@@ -29,6 +34,7 @@ pub fn read_batch_payload<'a>(bytes: &'a [u8], loc: &BatchLoc) -> &'a [u8] {
 /// Active segments are read positionally rather than mapped because the
 /// writer keeps changing them. `range` must come from a [`scan`](super::scan()) of the file:
 /// the buffer is allocated at its length.
+#[cfg(any(test, feature = "internals"))]
 pub fn read_range(file: &File, range: Range<u64>) -> io::Result<Vec<u8>> {
     let len = range
         .end
@@ -137,6 +143,7 @@ fn read_up_to(file: &dyn VfsFile, buf: &mut [u8], offset: u64) -> io::Result<usi
 }
 
 /// Maps a sealed segment read-only.
+#[cfg(any(test, feature = "internals"))]
 pub fn map_sealed(path: impl AsRef<Path>) -> Result<memmap2::Mmap, SegmentError> {
     // Kept for callers that want the map type itself; the store maps through
     // its file system with [`map_sealed_with`].

@@ -10,7 +10,9 @@ use super::{
     HEADER_LEN, IO_CHUNK, MAX_RECORD_LIMIT, RETAINED_BUF, SegmentError, SegmentIdent, ZERO_BLOCK,
     corrupt, invalid,
 };
-use crate::vfs::{RealFs, Vfs, VfsFile};
+#[cfg(any(test, feature = "internals"))]
+use crate::vfs::RealFs;
+use crate::vfs::{Vfs, VfsFile};
 use std::fmt;
 use std::io;
 use std::path::Path;
@@ -74,6 +76,7 @@ impl SegmentWriter {
     /// `preallocate` is also the growth step when the space runs out; 0 means
     /// no preallocation (every append grows the file, which makes each sync
     /// slower). On failure the partly created file is removed.
+    #[cfg(any(test, feature = "internals"))]
     pub fn create(
         path: impl AsRef<Path>,
         ident: &SegmentIdent,
@@ -148,6 +151,7 @@ impl SegmentWriter {
     /// [`set_preallocate`](Self::set_preallocate).
     ///
     /// Reads the existing records once to restart the footer checksum.
+    #[cfg(any(test, feature = "internals"))]
     pub fn open_append(
         path: impl AsRef<Path>,
         ident: &SegmentIdent,
@@ -235,6 +239,7 @@ impl SegmentWriter {
     /// the segment is sealed with [`seal_auto`](Self::seal_auto); until then
     /// [`event_count`](Self::event_count) only counts records appended since.
     /// A torn tail at `valid_end` must already be discarded (checked).
+    #[cfg(any(test, feature = "internals"))]
     pub fn resume(
         path: impl AsRef<Path>,
         ident: &SegmentIdent,
@@ -442,6 +447,7 @@ impl SegmentWriter {
 
     /// Current file length: the logical end can grow to this without
     /// changing the file size.
+    #[cfg(any(test, feature = "internals"))]
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
@@ -452,11 +458,13 @@ impl SegmentWriter {
     }
 
     /// Sequence number the next batch must start at.
+    #[cfg(any(test, feature = "internals"))]
     pub fn next_seq(&self) -> u64 {
         self.next_seq
     }
 
     /// Number of events appended so far (sum of batch counts).
+    #[cfg(any(test, feature = "internals"))]
     pub fn event_count(&self) -> u64 {
         self.event_count
     }
@@ -498,6 +506,7 @@ impl SegmentWriter {
     /// Finishes a seal that was interrupted after the footer was written:
     /// cuts the file to `scan.sealed_len()` and syncs it. `scan` must be a
     /// [`scan`] of this file that found a footer.
+    #[cfg(any(test, feature = "internals"))]
     pub fn complete_seal(path: impl AsRef<Path>, scan: &Scan) -> Result<(), SegmentError> {
         Self::complete_seal_with(&RealFs, path.as_ref(), scan)
     }
@@ -534,6 +543,7 @@ impl SegmentWriter {
     /// nonzero blocks are written. Call it with the `valid_end` of a scan that
     /// reported [`Tail::Torn`](super::Tail::Torn) (0 for an incomplete header), before
     /// [`open_append`](Self::open_append).
+    #[cfg(any(test, feature = "internals"))]
     pub fn discard_tail(path: impl AsRef<Path>, valid_end: u64) -> io::Result<()> {
         Self::discard_tail_with(&RealFs, path.as_ref(), valid_end)
     }
