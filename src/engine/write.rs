@@ -400,11 +400,7 @@ impl Store {
                 return Err(e);
             }
         };
-        s.segs.push(Seg {
-            first_seq,
-            path,
-            map,
-        });
+        s.segs.push(Seg::local(first_seq, path, map));
         s.writer = Some(w);
         Ok(())
     }
