@@ -137,8 +137,13 @@ fn a_session_resumed_elsewhere_fetches_its_checkpoint_and_tail_then_old_segments
             bucket.name
         );
 
-        // Reading it all fetches the rest, each segment once.
-        assert_eq!(read_all(&b, "s"), log, "{}", bucket.name);
+        // Reading it all, from four threads at once, fetches the rest,
+        // each segment once.
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| assert_eq!(read_all(&b, "s"), log, "{}", bucket.name));
+            }
+        });
         let all: u64 = segs.iter().map(|(_, n)| n).sum();
         assert_eq!(
             fetched(&b),
@@ -155,6 +160,21 @@ fn a_session_resumed_elsewhere_fetches_its_checkpoint_and_tail_then_old_segments
         let more = turn_log(201, "lazy");
         b.append("s", &more[log.len()..]).unwrap();
         assert_eq!(read_all(&b, "s"), more, "{}", bucket.name);
+        b.close().unwrap();
+    }
+}
+
+#[test]
+fn a_fork_of_a_resumed_session_fetches_the_segments_it_shares() {
+    for bucket in buckets("lazyfork") {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = archived_session(&bucket, &tmp.path().join("a"), None);
+        let (b, _) = new_host(&bucket, &tmp.path().join("b"), "b");
+        let at = turns_len(&log, 120) as u64;
+        b.fork("s", at, SessionHeader::new("child", 1)).unwrap();
+        let child = read_all(&b, "child");
+        assert_eq!(child[..at as usize], log[..at as usize], "{}", bucket.name);
+        assert_eq!(read_all(&b, "s"), log, "{}", bucket.name);
         b.close().unwrap();
     }
 }
