@@ -9,184 +9,19 @@
 #![cfg(feature = "archive")]
 
 mod common;
+#[path = "common/archive_support.rs"]
+mod support;
 
 use common::turn_log;
 use sessionlog::event::OwnedEvent;
 use sessionlog::header::SessionHeader;
 use sessionlog::store::object_store::{self, ObjectStore, path::Path as ObjectPath};
-use sessionlog::store::{ArchiveOptions, Error, EvictionPolicy, Options, Store};
+use sessionlog::store::{Error, EvictionPolicy, Store};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
-
-/// A bucket for one test: a fresh prefix on the backend.
-struct Bucket {
-    name: &'static str,
-    store: Arc<dyn ObjectStore>,
-    prefix: String,
-    _dir: Option<tempfile::TempDir>,
-}
-
-/// The backends to run on: the local file system always, S3 when an
-/// endpoint is given.
-fn buckets(test: &str) -> Vec<Bucket> {
-    let dir = tempfile::tempdir().unwrap();
-    let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
-    let mut out = vec![Bucket {
-        name: "local",
-        store: Arc::new(local),
-        prefix: "archive".into(),
-        _dir: Some(dir),
-    }];
-    match std::env::var("SESSIONLOG_S3_ENDPOINT") {
-        Ok(endpoint) if !endpoint.is_empty() => out.push(s3_bucket(&endpoint, test)),
-        _ => eprintln!("{test}: S3 run skipped (SESSIONLOG_S3_ENDPOINT is not set)"),
-    }
-    out
-}
-
-/// A bucket on the S3-compatible server at `endpoint`, created with a plain
-/// unsigned `PUT /<bucket>` (the test server accepts it; `object_store` has
-/// no bucket creation), and a prefix unique to this run.
-fn s3_bucket(endpoint: &str, test: &str) -> Bucket {
-    use std::io::{Read, Write};
-    let bucket = "sessionlog-test";
-    let hostport = endpoint
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
-    let mut conn = std::net::TcpStream::connect(&hostport).expect("connect to the S3 server");
-    write!(
-        conn,
-        "PUT /{bucket} HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    let _ = conn.read_to_string(&mut answer);
-    assert!(
-        answer.starts_with("HTTP/1.1 200") || answer.contains("BucketAlreadyOwnedByYou"),
-        "creating the bucket: {answer}"
-    );
-    let store = s3_options(endpoint, bucket, "").store;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    Bucket {
-        name: "s3",
-        store: Arc::new(store),
-        prefix: format!("{test}-{}-{nanos}", std::process::id()),
-        _dir: None,
-    }
-}
-
-/// The archive options of an S3-compatible server at `endpoint` (the test
-/// server takes any credentials).
-fn s3_options(endpoint: &str, bucket: &str, prefix: &str) -> ArchiveOptions {
-    ArchiveOptions::from_url(
-        &format!("s3://{bucket}/{prefix}"),
-        [
-            ("aws_endpoint", endpoint),
-            ("aws_allow_http", "true"),
-            ("aws_region", "us-east-1"),
-            ("aws_access_key_id", "test"),
-            ("aws_secret_access_key", "test"),
-        ],
-    )
-    .unwrap()
-}
-
-/// Options for a "host" on `bucket`: 4 KiB segments (a log spans many),
-/// uploads only when the test asks (an hour between background passes).
-fn host_options(bucket: &Bucket, host: &str, evict: EvictionPolicy) -> Options {
-    let mut archive = ArchiveOptions::new(bucket.store.clone(), bucket.prefix.clone());
-    archive.host_id = host.into();
-    archive.evict = evict;
-    archive.upload_interval = Duration::from_secs(3600);
-    archive.retry_backoff = Duration::from_millis(5);
-    Options {
-        segment_size: 4096,
-        preallocate: 4096,
-        archive: Some(archive),
-        ..Options::default()
-    }
-}
-
-/// Appends `log` to `id` a turn (three or four events) at a time, so a log
-/// spans many small segments.
-fn append_turns(store: &Store, id: &str, log: &[OwnedEvent]) {
-    let mut start = 0;
-    for (i, e) in log.iter().enumerate() {
-        if e.kind == "turn/end" || i + 1 == log.len() {
-            store.append(id, &log[start..=i]).unwrap();
-            start = i + 1;
-        }
-    }
-}
-
-/// The length of the prefix of `log` made of its first `turns` turns.
-fn turns_len(log: &[OwnedEvent], turns: usize) -> usize {
-    log.iter()
-        .enumerate()
-        .filter(|(_, e)| e.kind == "turn/end")
-        .nth(turns - 1)
-        .unwrap()
-        .0
-        + 1
-}
-
-fn read_all(store: &Store, id: &str) -> Vec<OwnedEvent> {
-    store
-        .events(id, 0)
-        .unwrap()
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap()
-}
-
-fn segment_files(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.ends_with(".seg"))
-        .collect();
-    v.sort();
-    v
-}
-
-fn objects(bucket: &Bucket) -> Vec<(String, u64)> {
-    use futures::TryStreamExt;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let prefix = ObjectPath::from(bucket.prefix.as_str());
-    let mut v: Vec<(String, u64)> = rt
-        .block_on(bucket.store.list(Some(&prefix)).try_collect::<Vec<_>>())
-        .unwrap()
-        .into_iter()
-        .map(|m| (m.location.to_string(), m.size))
-        .collect();
-    v.sort();
-    v
-}
-
-fn object_bytes(store: &Arc<dyn ObjectStore>, key: &str) -> Vec<u8> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        store
-            .get(&ObjectPath::from(key))
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap()
-            .to_vec()
-    })
-}
+use support::*;
 
 #[test]
 fn sealed_segments_are_uploaded_evicted_and_fetched_back_on_demand() {
@@ -231,7 +66,7 @@ fn sealed_segments_are_uploaded_evicted_and_fetched_back_on_demand() {
         assert_eq!(read_all(&store, "s"), log, "{}", bucket.name);
         store.close().unwrap();
 
-        // Reopened: the evicted segments come back when the session loads.
+        // Reopened: the evicted segments come back as the reads need them.
         let store =
             Store::open(&dir, host_options(&bucket, "a", EvictionPolicy::default())).unwrap();
         assert_eq!(read_all(&store, "s"), log, "{}", bucket.name);
@@ -247,6 +82,235 @@ fn sealed_segments_are_uploaded_evicted_and_fetched_back_on_demand() {
         store.append("s", &more[log.len()..]).unwrap();
         assert_eq!(read_all(&store, "s"), more, "{}", bucket.name);
         store.close().unwrap();
+    }
+}
+
+#[test]
+fn a_session_resumed_elsewhere_fetches_its_checkpoint_and_tail_then_old_segments_on_read() {
+    for bucket in buckets("lazy") {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = archived_session(&bucket, &tmp.path().join("a"), None);
+        let segs = segment_objects(&bucket);
+        assert!(segs.len() > 5, "{}: {segs:?}", bucket.name);
+        let (last, last_size) = segs.last().unwrap().clone();
+        let checkpoint_size = object_size(&bucket, "CHECKPOINT");
+
+        // A fresh directory (a second host): opening the store brings the
+        // store's MANIFEST and the session's HEADER (of the session's
+        // objects, only it).
+        let (b, (opened, opened_objects)) = new_host(&bucket, &tmp.path().join("b"), "b");
+        let local = tmp.path().join("b").join("sessions").join("s");
+        assert!(segment_files(&local).is_empty(), "{}", bucket.name);
+        assert!(!local.join("CHECKPOINT").exists(), "{}", bucket.name);
+        let base = |bytes: u64, objects: u64| (opened + bytes, opened_objects + objects);
+
+        // First access: the checkpoint and the tail (the checkpoint covers
+        // the whole log, so the tail is the last segment), not the log.
+        assert_eq!(b.next_seq("s").unwrap(), log.len() as u64);
+        assert_eq!(
+            fetched(&b),
+            base(checkpoint_size + last_size, 2),
+            "{}: fetched more than HEADER, CHECKPOINT and {last}",
+            bucket.name
+        );
+        assert_eq!(segment_files(&local), vec![last.clone()], "{}", bucket.name);
+
+        // Reading the first events fetches the first segment, and only it.
+        let first: Vec<OwnedEvent> = b
+            .events("s", 0)
+            .unwrap()
+            .take(3)
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(first, log[..3].to_vec(), "{}", bucket.name);
+        let (first_name, first_size) = segs[0].clone();
+        assert_eq!(
+            fetched(&b),
+            base(checkpoint_size + last_size + first_size, 3),
+            "{}",
+            bucket.name
+        );
+        assert_eq!(
+            segment_files(&local),
+            vec![first_name, last.clone()],
+            "{}",
+            bucket.name
+        );
+
+        // Reading it all, from four threads at once, fetches the rest,
+        // each segment once.
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| assert_eq!(read_all(&b, "s"), log, "{}", bucket.name));
+            }
+        });
+        let all: u64 = segs.iter().map(|(_, n)| n).sum();
+        assert_eq!(
+            fetched(&b),
+            base(checkpoint_size + all, 1 + segs.len() as u64),
+            "{}",
+            bucket.name
+        );
+        let names: Vec<String> = segs.iter().map(|(n, _)| n.clone()).collect();
+        assert_eq!(segment_files(&local), names, "{}", bucket.name);
+        b.derive("s").unwrap();
+        b.verify("s").unwrap();
+
+        // And the session is writable on this host.
+        let more = turn_log(201, "lazy");
+        b.append("s", &more[log.len()..]).unwrap();
+        assert_eq!(read_all(&b, "s"), more, "{}", bucket.name);
+        b.close().unwrap();
+    }
+}
+
+#[test]
+fn a_fork_of_a_resumed_session_fetches_the_segments_it_shares() {
+    for bucket in buckets("lazyfork") {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = archived_session(&bucket, &tmp.path().join("a"), None);
+        let (b, _) = new_host(&bucket, &tmp.path().join("b"), "b");
+        let at = turns_len(&log, 120) as u64;
+        b.fork("s", at, SessionHeader::new("child", 1)).unwrap();
+        let child = read_all(&b, "child");
+        assert_eq!(child[..at as usize], log[..at as usize], "{}", bucket.name);
+        assert_eq!(read_all(&b, "s"), log, "{}", bucket.name);
+        b.close().unwrap();
+    }
+}
+
+#[test]
+fn derive_of_a_resumed_session_fetches_only_the_segments_holding_surface_data() {
+    for bucket in buckets("lazyderive") {
+        let tmp = tempfile::tempdir().unwrap();
+        // 200 turns, then a compaction: one summary replaces the whole
+        // surface, so derive needs only the segment holding it.
+        let mut log = turn_log(200, "lazy");
+        let first = log
+            .iter()
+            .find(|e| e.source_event_seqs.is_some())
+            .unwrap()
+            .seq;
+        let last = log.len() as u64 - 2;
+        // Every node on the surface (all user messages but the two the
+        // first compaction replaced) is shadowed.
+        let sources: Vec<String> = log
+            .iter()
+            .filter(|e| e.kind == "user/message" && e.seq != 1 && e.seq != 4)
+            .map(|e| e.seq.to_string())
+            .collect();
+        let sources = sources.join(",");
+        let n = log.len() as u64;
+        for json in [
+            format!(r#"{{"type":"turn/start","seq":{n},"time":300,"data":{{"turn":201}}}}"#),
+            format!(
+                r#"{{"type":"user/message","seq":{},"time":300,"data":{{"role":"user","content":[{{"type":"text","text":"all of it, summarised"}}]}},"sourceEventSeqs":[{sources}],"surfaceOp":{{"op":"replace","start":{first},"end":{last}}}}}"#,
+                n + 1
+            ),
+            format!(
+                r#"{{"type":"turn/end","seq":{},"time":300,"data":{{"turn":201,"reason":{{"kind":"completed"}}}}}}"#,
+                n + 2
+            ),
+        ] {
+            log.push(
+                sessionlog::event::Event::from_json(&json)
+                    .unwrap()
+                    .into_owned(),
+            );
+        }
+        let log = archived_session(&bucket, &tmp.path().join("a"), Some(log));
+        let segs = segment_objects(&bucket);
+        let (_, last_size) = segs.last().unwrap().clone();
+        let checkpoint_size = object_size(&bucket, "CHECKPOINT");
+        let (b, (opened, opened_objects)) = new_host(&bucket, &tmp.path().join("b"), "b");
+        let messages = |store: &Store| -> Vec<String> {
+            let d = store.derive("s").unwrap();
+            d.messages().map(|m| format!("{m:?}")).collect()
+        };
+        let derived = messages(&b);
+        assert_eq!(
+            fetched(&b),
+            (opened + checkpoint_size + last_size, opened_objects + 2),
+            "{}: derive fetched more than the checkpoint and the tail",
+            bucket.name
+        );
+        let expected = messages(&Store::open_read_only(tmp.path().join("a")).unwrap());
+        assert_eq!(derived, expected, "{}", bucket.name);
+        assert_eq!(derived.len(), 1, "{}", bucket.name);
+        assert_eq!(read_all(&b, "s"), log, "{}", bucket.name);
+        b.close().unwrap();
+    }
+}
+
+#[test]
+fn a_damaged_or_missing_archived_segment_is_an_error_naming_session_segment_and_key() {
+    for bucket in buckets("lazybad") {
+        let tmp = tempfile::tempdir().unwrap();
+        archived_session(&bucket, &tmp.path().join("a"), None);
+        let segs = segment_objects(&bucket);
+        let key = |name: &str| format!("{}/sessions/s/{name}", bucket.prefix);
+        let (b, _) = new_host(&bucket, &tmp.path().join("b"), "b");
+        b.next_seq("s").unwrap(); // loaded: knows its segments are archived
+
+        // One byte of the first segment's records flipped in the bucket.
+        let (first, _) = &segs[0];
+        let good = object_bytes(&bucket.store, &key(first));
+        let mut bytes = good.clone();
+        bytes[100] ^= 0x40;
+        on_bucket(
+            bucket
+                .store
+                .put(&ObjectPath::from(key(first)), bytes.into()),
+        )
+        .unwrap();
+        // The second one deleted after the load listed it.
+        let (second, _) = &segs[1];
+        on_bucket(bucket.store.delete(&ObjectPath::from(key(second)))).unwrap();
+        let second_seq: u64 = second.trim_end_matches(".seg").parse().unwrap();
+
+        let archive_error = |e: Error, name: &str, what: &str| match e {
+            Error::Archive {
+                session,
+                key: k,
+                reason,
+            } => {
+                assert_eq!(session.as_deref(), Some("s"), "{}", bucket.name);
+                assert_eq!(k, key(name), "{}", bucket.name);
+                assert!(reason.contains(name), "{}: {reason}", bucket.name);
+                assert!(reason.contains(what), "{}: {reason}", bucket.name);
+            }
+            other => panic!("{}: expected an archive error, got {other}", bucket.name),
+        };
+        archive_error(b.read_from("s", 0).unwrap_err(), first, "damaged");
+        let item = b.events("s", second_seq).unwrap().next().unwrap();
+        archive_error(item.unwrap_err(), second, "not in the archive");
+        // Neither left a file behind, whole or partial.
+        let local = tmp.path().join("b").join("sessions").join("s");
+        assert_eq!(
+            segment_files(&local),
+            vec![segs.last().unwrap().0.clone()],
+            "{}",
+            bucket.name
+        );
+        let names: Vec<String> = std::fs::read_dir(&local)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(
+            names.iter().all(|n| !n.contains("tmp")),
+            "{}: {names:?}",
+            bucket.name
+        );
+        b.close().unwrap();
+
+        // A segment the checkpoint covers that is neither local nor in the
+        // bucket is damage to the log, as without an archive.
+        on_bucket(bucket.store.put(&ObjectPath::from(key(first)), good.into())).unwrap();
+        let (c, _) = new_host(&bucket, &tmp.path().join("c"), "c");
+        match c.next_seq("s") {
+            Err(Error::Corrupt { session, .. }) => assert_eq!(session, "s"),
+            other => panic!("{}: expected corruption, got {other:?}", bucket.name),
+        }
     }
 }
 

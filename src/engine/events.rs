@@ -85,6 +85,11 @@ impl BatchCursor {
                 format!("the index names segment {} which is not mapped", b.segment),
             )));
         };
+        // Issue 17: a segment only in the archive is fetched when a batch
+        // in it is first read.
+        if let Err(e) = seg.fetch() {
+            return Some(Err(e));
+        }
         // Records a checkpoint covers were not scanned at open: check the
         // frame and its CRC here, before trusting any length in it.
         let ident = SegmentIdent {

@@ -4,6 +4,7 @@
 use super::error::{Error, Result, io_at, segment_error};
 use super::handle::Store;
 use super::registry::SessionEntry;
+use super::remote::Remote;
 use super::session::{NodeLocs, Seg, Session, View, crc_at, verbatim_range};
 use crate::checkpoint::{self, BatchIndex, Checkpoint, Coverage};
 use crate::codec;
@@ -94,12 +95,13 @@ fn fold_stored(
     Ok(events.len() as u64)
 }
 
-/// The length of segment `segment` among the files found at load.
-pub(super) fn len_in(files: &[(u64, PathBuf)], maps: &[SegmentBytes], segment: u64) -> Option<u64> {
+/// The length of segment `segment` among the files found at load (`lens`:
+/// theirs, remote ones' included).
+pub(super) fn len_in(files: &[(u64, PathBuf)], lens: &[u64], segment: u64) -> Option<u64> {
     files
         .iter()
         .position(|(f, _)| *f == segment)
-        .map(|i| maps[i].len() as u64)
+        .map(|i| lens[i])
 }
 
 /// Whether a checkpoint's batch index, whose checksum, order and covered
@@ -108,7 +110,7 @@ pub(super) fn len_in(files: &[(u64, PathBuf)], maps: &[SegmentBytes], segment: u
 pub(super) fn batches_consistent(
     batches: &BatchIndex,
     files: &[(u64, PathBuf)],
-    maps: &[SegmentBytes],
+    lens: &[u64],
 ) -> std::result::Result<(), String> {
     // Entries come in seq order, so their segments too: one lookup per
     // segment, not per batch.
@@ -116,7 +118,7 @@ pub(super) fn batches_consistent(
     let mut len_of = |segment: u64| match current {
         Some((s, len)) if s == segment => len,
         _ => {
-            let len = len_in(files, maps, segment);
+            let len = len_in(files, lens, segment);
             current = Some((segment, len));
             len
         }
@@ -213,7 +215,9 @@ impl Store {
         })?;
         let id = s.header.id.clone();
         let mut rec = Recovery::default();
-        self.archive_restore(&id, &s.dir)?; // issue 17: evicted or remote segments
+        // Issue 17: the checkpoint and tail fetched; older segments that are
+        // only in the archive are known, fetched when a read needs them.
+        let remote = self.archive_restore(&id, &s.dir)?;
         let mut files: Vec<(u64, PathBuf)> = vfs
             .read_dir(&s.dir)
             .map_err(io_at(&s.dir))?
@@ -223,6 +227,12 @@ impl Store {
                 segment::parse_segment_file_name(&name).map(|seq| (seq, s.dir.join(name)))
             })
             .collect();
+        for (first_seq, _) in &remote {
+            if !files.iter().any(|(f, _)| f == first_seq) {
+                let name = segment::segment_file_name(*first_seq);
+                files.push((*first_seq, s.dir.join(name)));
+            }
+        }
         files.sort();
         let store_id = self.inner.store_id;
         let lineage = s.lineage.clone();
@@ -231,10 +241,24 @@ impl Store {
             session_uid: lineage.owner(first_seq).unwrap_or(uid),
             first_seq,
         };
-        let maps: Vec<SegmentBytes> = files
+        let segs: Vec<Seg> = files
             .iter()
-            .map(|(_, p)| self.map_file(p))
+            .map(|(first_seq, p)| {
+                let lazy = remote
+                    .iter()
+                    .find(|(f, _)| f == first_seq)
+                    .and_then(|(_, len)| {
+                        let fetch = self.archive_lazy(&id, p, ident_of(*first_seq))?;
+                        Some(Seg::remote(*first_seq, p.clone(), Remote::new(*len, fetch)))
+                    });
+                match lazy {
+                    Some(seg) => Ok(seg),
+                    None => Ok(Seg::local(*first_seq, p.clone(), self.map_file(p)?)),
+                }
+            })
             .collect::<Result<_>>()?;
+        let maps: Vec<SegmentBytes> = segs.iter().map(|g| g.map.clone()).collect();
+        let lens: Vec<u64> = segs.iter().map(Seg::len).collect();
 
         // The checkpoint is a cache: use it only if the record it claims to
         // end at is in the log, with the checksum it recorded.
@@ -291,7 +315,7 @@ impl Store {
                     )));
                 }
                 let batches = ck.batches();
-                let consistent = batches_consistent(&batches, &files, &maps);
+                let consistent = batches_consistent(&batches, &files, &lens);
                 if let Err(why) = consistent {
                     rec.rebuild_reason = Some(why);
                 } else {
@@ -312,6 +336,11 @@ impl Store {
             Err(_) => {}
         }
         rec.used_checkpoint = covered.is_some();
+        if covered.is_none() {
+            // Without a checkpoint every record is scanned: every segment
+            // the archive holds for this session is needed.
+            segs.iter().try_for_each(Seg::fetch)?;
+        }
 
         let scan_opts = |sealed| ScanOptions {
             max_record: self.read_limit(),
@@ -340,11 +369,16 @@ impl Store {
                 ));
             }
             let last = i + 1 == n;
-            s.segs.push(Seg {
-                first_seq,
-                path: path.clone(),
-                map: map.clone(),
-            });
+            s.segs.push(segs[i].clone());
+            if segs[i].is_remote() {
+                if !last && covered.is_some_and(|c| first_seq < c.segment_first_seq) {
+                    // Wholly covered by the checkpoint: fetched (and
+                    // checked whole) when a read needs its bytes.
+                    expected_first = files[i + 1].0;
+                    continue;
+                }
+                segs[i].fetch()?;
+            }
             if !last {
                 if segment::read_header(&map).map_err(|e| segment_error(&id, path, e))? != ident {
                     return Err(corrupt(
@@ -391,7 +425,7 @@ impl Store {
                 }
                 // Events after the checkpoint are folded into its state.
                 if let Some(ck) = s.lazy.take()
-                    && let Err(why) = install(&mut s, &ck, |seg| len_in(&files, &maps, seg))
+                    && let Err(why) = install(&mut s, &ck, |seg| len_in(&files, &lens, seg))
                 {
                     drop(s);
                     return restart(why);
@@ -528,11 +562,7 @@ impl Store {
         let Some(ck) = s.lazy.take() else {
             return Ok(());
         };
-        let lens: Vec<(u64, u64)> = s
-            .segs
-            .iter()
-            .map(|g| (g.first_seq, g.map.len() as u64))
-            .collect();
+        let lens: Vec<(u64, u64)> = s.segs.iter().map(|g| (g.first_seq, g.len())).collect();
         let len_of = |segment: u64| lens.iter().find(|(f, _)| *f == segment).map(|g| g.1);
         let Err(why) = install(s, &ck, len_of) else {
             return Ok(());
@@ -569,7 +599,13 @@ impl Store {
             return Ok(());
         };
         let max_record = self.read_limit();
+        // Derive reads the data of live surface nodes in place: the remote
+        // segments holding some are fetched (and checked whole then).
+        s.fetch_nodes()?;
         for seg in s.segs.iter().take_while(|g| g.first_seq <= last) {
+            if seg.remote.is_some() {
+                continue; // checked whole when fetched, or not read
+            }
             let ident = s.ident(self.inner.store_id, seg.first_seq);
             let corrupt = |offset: u64, reason: String| Error::Corrupt {
                 session: s.header.id.clone(),

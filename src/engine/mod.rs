@@ -37,6 +37,7 @@ pub(crate) mod locks;
 pub(crate) mod options;
 pub(crate) mod read;
 pub(crate) mod registry;
+pub(crate) mod remote;
 pub(crate) mod salvage;
 pub(crate) mod session;
 pub(crate) mod tail;

@@ -191,6 +191,7 @@ impl Store {
 
     fn verify_locked(&self, s: &mut Session, id: &str) -> Result<VerifyReport> {
         self.materialise(s)?;
+        s.fetch_all()?; // issue 17: segments only in the archive
         let mut report = VerifyReport::default();
         let mut state = SessionState::new(self.inner.options.strict);
         let mut log: Vec<OwnedEvent> = Vec::new();
@@ -277,7 +278,7 @@ impl Store {
             bytes += match (&s.writer, last, s.active_end) {
                 (Some(w), true, _) => w.len(),
                 (None, true, Some(end)) => end,
-                _ => seg.map.len() as u64,
+                _ => seg.len(),
             };
         }
         // Stored events only: a read-only view's synthesised closers are not

@@ -17,12 +17,14 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// A mapped segment.
+/// A mapped segment (or one in the archive only, fetched on first read:
+/// `remote.rs`).
 #[derive(Clone)]
 pub(super) struct Seg {
     pub(super) first_seq: u64,
     pub(super) path: PathBuf,
     pub(super) map: SegmentBytes,
+    pub(super) remote: Option<Arc<super::remote::Remote>>,
 }
 
 /// One loaded session.

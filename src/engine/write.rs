@@ -400,11 +400,7 @@ impl Store {
                 return Err(e);
             }
         };
-        s.segs.push(Seg {
-            first_seq,
-            path,
-            map,
-        });
+        s.segs.push(Seg::local(first_seq, path, map));
         s.writer = Some(w);
         Ok(())
     }
@@ -550,6 +546,7 @@ impl Store {
             if !sealed {
                 break;
             }
+            seg.fetch()?; // issue 17: only in the archive
             let footer = segment::verify_footer(&seg.map)
                 .map_err(|e| segment_error(source, &seg.path, e))?;
             if footer.last_seq >= at {

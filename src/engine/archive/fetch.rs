@@ -167,56 +167,59 @@ impl Archive {
     }
 
     /// Brings the files of session `id` (local directory `local`) that the
-    /// bucket has and the directory lacks: evicted segments, segments
-    /// written on another host. With `replace_stale` (this host just took
-    /// the session over from another host), a local file the bucket has in
-    /// another length is replaced too (without it, only an unsealed one the
-    /// bucket has later segments after), unless it is a sealed segment
-    /// (immutable, so the same everywhere), and the checkpoint is taken
-    /// from the bucket (or removed when the bucket has none: a local one
-    /// could cover records the bucket's segments do not have).
-    pub(super) fn restore(&self, id: &str, local: &Path, replace_stale: bool) -> Result<u64> {
+    /// bucket has and the directory lacks, lazily: the checkpoint, the
+    /// lineage, and only the segments the checkpoint does not cover (the
+    /// tail: all of them without a checkpoint). Older segments missing
+    /// locally (evicted, or written on another host) are returned as
+    /// `(first seq, length)`: the load knows them and fetches one when a
+    /// read needs its bytes ([`Archive::fetch_lazy`]).
+    ///
+    /// With `replace_stale` (this host just took the session over from
+    /// another host), a local file the bucket has in another length is
+    /// replaced too (without it, only an unsealed one the bucket has later
+    /// segments after), unless it is a sealed segment (immutable, so the
+    /// same everywhere), and the checkpoint is taken from the bucket (or
+    /// removed when the bucket has none: a local one could cover records
+    /// the bucket's segments do not have).
+    pub(super) fn restore(
+        &self,
+        id: &str,
+        local: &Path,
+        replace_stale: bool,
+    ) -> Result<Vec<(u64, u64)>> {
         let Some(dir) = local.file_name().and_then(|n| n.to_str()) else {
-            return Ok(0);
+            return Ok(Vec::new());
         };
         let prefix = self.opts.session_key(dir);
-        let listed = self
-            .list(&prefix)
+        let metas = self
+            .list_meta(&prefix)
             .map_err(|e| archive_error(Some(id), &prefix, "listing the session", e))?;
-        let mut fetched = 0;
         let mut remote_checkpoint = false;
-        // A local unsealed segment the bucket has later segments after was
-        // sealed by another host since this copy was made: it is stale
-        // whoever asks (this host cannot be writing it: it would hold the
-        // lease, and nobody else could have written past it).
-        let last_remote = listed
-            .iter()
-            .filter_map(|(k, _)| segment::parse_segment_file_name(k.filename()?))
-            .max();
-        for (key, size) in &listed {
-            let Some(name) = key.filename() else { continue };
-            let path = local.join(name);
-            if name == CHECKPOINT_FILE {
-                remote_checkpoint = true;
-            }
-            let wanted = if let Some(first_seq) = segment::parse_segment_file_name(name) {
-                let superseded = last_remote.is_some_and(|l| l > first_seq);
-                match self.vfs.metadata(&path) {
-                    Ok(m) if m.len == *size => false,
-                    Ok(_) => (replace_stale || superseded) && !self.is_sealed(&path),
-                    Err(_) => true,
-                }
-            } else if name == CHECKPOINT_FILE {
-                replace_stale || !self.vfs.exists(&path)
-            } else if name == LINEAGE_FILE {
-                !self.vfs.exists(&path)
-            } else {
-                false
+        // The other files first: the checkpoint says where the tail starts.
+        for meta in &metas {
+            let Some(name) = meta.location.filename() else {
+                continue;
             };
-            if wanted && self.fetch_into(id, dir, name, local)? {
-                fetched += 1;
+            let path = local.join(name);
+            let wanted = if name == CHECKPOINT_FILE {
+                remote_checkpoint = true;
+                let current = self.fetched_current(dir, &path, meta.e_tag.as_deref());
+                (replace_stale && !current) || !self.vfs.exists(&path)
+            } else {
+                name == LINEAGE_FILE && !self.vfs.exists(&path)
+            };
+            if wanted && self.fetch_into(id, dir, name, local)? && name == CHECKPOINT_FILE {
+                let stamp = self.vfs.metadata(&path).map_err(io_at(&path))?;
+                if let Some(tag) = &meta.e_tag {
+                    self.state().fetched_checkpoints.insert(
+                        dir.to_owned(),
+                        (tag.clone(), (stamp.len, stamp.modified, stamp.ino)),
+                    );
+                }
             }
         }
+        let listed: Vec<(object_store::path::Path, u64)> =
+            metas.into_iter().map(|m| (m.location, m.size)).collect();
         if replace_stale && !remote_checkpoint {
             let path = local.join(CHECKPOINT_FILE);
             match self.vfs.remove_file(&path) {
@@ -225,7 +228,134 @@ impl Archive {
                 Err(e) => return Err(io_at(&path)(e)),
             }
         }
-        Ok(fetched)
+        // Segments before the one the checkpoint ends in are covered: their
+        // bytes are needed only by reads of old events (or of node data
+        // there). A checkpoint that does not open means a full load.
+        let missing = listed.iter().any(|(k, _)| {
+            k.filename().is_some_and(|name| {
+                segment::parse_segment_file_name(name).is_some()
+                    && !self.vfs.exists(&local.join(name))
+            })
+        });
+        let tail_start = match missing {
+            true => crate::checkpoint::open_with(&*self.vfs, local)
+                .map_or(0, |ck| ck.coverage().segment_first_seq),
+            false => 0,
+        };
+        // A local unsealed segment the bucket has later segments after was
+        // sealed by another host since this copy was made: it is stale
+        // whoever asks (this host cannot be writing it: it would hold the
+        // lease, and nobody else could have written past it).
+        let last_remote = listed
+            .iter()
+            .filter_map(|(k, _)| segment::parse_segment_file_name(k.filename()?))
+            .max();
+        let mut lazy = Vec::new();
+        for (key, size) in &listed {
+            let Some(name) = key.filename() else { continue };
+            let Some(first_seq) = segment::parse_segment_file_name(name) else {
+                continue;
+            };
+            let path = local.join(name);
+            let superseded = last_remote.is_some_and(|l| l > first_seq);
+            let wanted = match self.vfs.metadata(&path) {
+                Ok(m) if m.len == *size => false,
+                Ok(_) => (replace_stale || superseded) && !self.is_sealed(&path),
+                Err(_) if first_seq < tail_start => {
+                    lazy.push((first_seq, *size));
+                    false
+                }
+                Err(_) => true,
+            };
+            if wanted {
+                self.fetch_into(id, dir, name, local)?;
+            }
+        }
+        Ok(lazy)
+    }
+
+    /// Whether the local checkpoint `path` of session directory `dir` is
+    /// the one this handle fetched, and the bucket's (entity tag `tag`) is
+    /// still that one.
+    fn fetched_current(&self, dir: &str, path: &Path, tag: Option<&str>) -> bool {
+        let Some((fetched, stamp)) = self.state().fetched_checkpoints.get(dir).cloned() else {
+            return false;
+        };
+        tag == Some(fetched.as_str())
+            && self
+                .vfs
+                .metadata(path)
+                .is_ok_and(|m| (m.len, m.modified, m.ino) == stamp)
+    }
+
+    /// Fetches sealed segment `path` of session `id`, covered by its
+    /// checkpoint and missing locally, for a read that needs its bytes:
+    /// checked whole (identity `ident`, footer, records' checksum) before
+    /// it is put in place under a temporary name of its own, `fsync`ed and
+    /// renamed (concurrent fetchers of one segment each rename a whole
+    /// copy), then mapped. An object missing or damaged is an error naming
+    /// the session, the segment and the key.
+    pub(super) fn fetch_lazy(
+        &self,
+        id: &str,
+        path: &Path,
+        ident: &segment::SegmentIdent,
+    ) -> Result<crate::vfs::SegmentBytes> {
+        let (Some(name), Some(local)) = (path.file_name().and_then(|n| n.to_str()), path.parent())
+        else {
+            return Err(io_at(path)(std::io::ErrorKind::InvalidInput.into()));
+        };
+        let dir = local.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let key = self.opts.file_key(dir, name);
+        let bad = |reason: String| Error::Archive {
+            session: Some(id.to_owned()),
+            key: key.to_string(),
+            reason: format!("segment {}: {reason}", path.display()),
+        };
+        let bytes = self
+            .get(&key)
+            .map_err(|e| bad(format!("fetching it failed: {e}")))?
+            .ok_or_else(|| {
+                bad("evicted locally but not in the archive (the checkpoint covers it)".into())
+            })?;
+        match segment::read_header(&bytes) {
+            Ok(h) if h == *ident => {}
+            Ok(_) => return Err(bad("the object is not this session's segment".into())),
+            Err(e) => return Err(bad(format!("the object is damaged: {e}"))),
+        }
+        let footer = segment::verify_footer(&bytes)
+            .map_err(|e| bad(format!("the object is damaged: {e}")))?;
+        let records = &bytes[segment::HEADER_LEN..bytes.len() - segment::FOOTER_LEN];
+        if crc32fast::hash(records) != footer.records_crc {
+            return Err(bad(
+                "the object is damaged: its records do not match the footer's checksum".into(),
+            ));
+        }
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let tmp = local.join(format!(
+            ".{name}.{}-{}.fetch{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
+            crate::fsutil::TMP_SUFFIX
+        ));
+        let written = (|| {
+            let file = self.vfs.create_new(&tmp)?;
+            file.write_all_at(&bytes, 0)?;
+            file.sync_all()?;
+            self.vfs.rename(&tmp, path)?;
+            self.vfs.sync_dir(local)
+        })();
+        if let Err(e) = written {
+            let _ = self.vfs.remove_file(&tmp);
+            return Err(io_at(path)(e));
+        }
+        // Sealed and in the bucket: never uploaded again.
+        self.state().uploaded.insert(
+            (dir.to_owned(), name.to_owned()),
+            (bytes.len() as u64, true),
+        );
+        self.vfs.map(path).map_err(io_at(path))
     }
 
     /// Deletes session directory `dir`'s objects, `HEADER` first, and
@@ -251,6 +381,7 @@ impl Archive {
         let mut st = self.state();
         st.uploaded.retain(|(d, _), _| d != dir);
         st.checkpoints.remove(dir);
+        st.fetched_checkpoints.remove(dir);
         Ok(())
     }
 

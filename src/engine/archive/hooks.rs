@@ -6,6 +6,7 @@ use super::{Archive, dir_name};
 use crate::engine::error::{Error, Result};
 use crate::engine::handle::Store;
 use crate::engine::options::Options;
+use crate::segment::SegmentIdent;
 use crate::vfs::Vfs;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -112,7 +113,7 @@ impl Store {
         if from_elsewhere && a.vfs.exists(&local) {
             // The previous owner may have written more since this copy was
             // made: what it uploaded wins over a stale local copy.
-            if let Err(e) = a.restore(id, &local, true) {
+            if let Err(e) = a.restore(id, &local, true).map(drop) {
                 let _ = a.release_lease(id, &dir, taken.epoch);
                 return Err(e);
             }
@@ -148,13 +149,28 @@ impl Store {
         }
     }
 
-    /// Before a session is loaded from `dir`: the segments (and checkpoint,
-    /// lineage) the bucket has and the directory lacks are fetched.
-    pub(crate) fn archive_restore(&self, id: &str, dir: &Path) -> Result<()> {
+    /// Before a session is loaded from `dir`: the checkpoint, lineage and
+    /// tail segments the bucket has and the directory lacks are fetched;
+    /// the older segments it lacks are returned as `(first seq, length)`,
+    /// fetched when a read needs them ([`Store::archive_lazy`]).
+    pub(crate) fn archive_restore(&self, id: &str, dir: &Path) -> Result<Vec<(u64, u64)>> {
         match self.archive() {
-            Some(a) => a.restore(id, dir, false).map(|_| ()),
-            None => Ok(()),
+            Some(a) => a.restore(id, dir, false),
+            None => Ok(Vec::new()),
         }
+    }
+
+    /// How segment `path` of session `id` (identity `ident`), in the
+    /// archive only, is fetched when a read needs it.
+    pub(crate) fn archive_lazy(
+        &self,
+        id: &str,
+        path: &Path,
+        ident: SegmentIdent,
+    ) -> Option<crate::engine::remote::FetchFn> {
+        let a = self.archive()?.clone();
+        let (id, path) = (id.to_owned(), path.to_owned());
+        Some(Box::new(move || a.fetch_lazy(&id, &path, &ident)))
     }
 
     /// A segment file that is missing (evicted after it was listed) is

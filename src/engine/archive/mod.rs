@@ -64,6 +64,11 @@ pub(super) struct State {
     /// The file (length, modification time, inode) of each session's last
     /// uploaded checkpoint: an unchanged one is not even read again.
     pub(super) checkpoints: HashMap<String, CheckpointStamp>,
+    /// The checkpoint this handle last fetched of each session: the
+    /// object's entity tag and the local file it became. A take-over finds
+    /// the local checkpoint current if both are unchanged (not fetched
+    /// twice in one resume).
+    pub(super) fetched_checkpoints: HashMap<String, (String, CheckpointStamp)>,
     /// Sessions hydrated or found missing in the bucket this run.
     pub(super) known_remote: HashSet<String>,
 }
@@ -232,15 +237,19 @@ impl Archive {
 
     /// Every object under `prefix` (recursively), with its size.
     pub(super) fn list(&self, prefix: &ObjectPath) -> object_store::Result<Vec<(ObjectPath, u64)>> {
+        let listed = self.list_meta(prefix)?;
+        Ok(listed.into_iter().map(|m| (m.location, m.size)).collect())
+    }
+
+    /// Every object under `prefix` (recursively), as listed.
+    pub(super) fn list_meta(
+        &self,
+        prefix: &ObjectPath,
+    ) -> object_store::Result<Vec<object_store::ObjectMeta>> {
         use futures::TryStreamExt;
         self.call(|s| {
             let prefix = prefix.clone();
-            async move {
-                s.list(Some(&prefix))
-                    .map_ok(|m| (m.location, m.size))
-                    .try_collect::<Vec<_>>()
-                    .await
-            }
+            async move { s.list(Some(&prefix)).try_collect::<Vec<_>>().await }
         })
     }
 

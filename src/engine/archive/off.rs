@@ -33,8 +33,16 @@ impl Store {
     pub(crate) fn archive_check(&self, _id: &str) -> Result<()> {
         Ok(())
     }
-    pub(crate) fn archive_restore(&self, _id: &str, _dir: &Path) -> Result<()> {
-        Ok(())
+    pub(crate) fn archive_restore(&self, _id: &str, _dir: &Path) -> Result<Vec<(u64, u64)>> {
+        Ok(Vec::new())
+    }
+    pub(crate) fn archive_lazy(
+        &self,
+        _id: &str,
+        _path: &Path,
+        _ident: crate::segment::SegmentIdent,
+    ) -> Option<crate::engine::remote::FetchFn> {
+        None
     }
     pub(crate) fn archive_fetch(&self, _path: &Path) -> bool {
         false
