@@ -543,6 +543,13 @@ pub fn run(
     Ok(cell)
 }
 
+/// Whether `SESSIONLOG_BENCH_MULTI_ENGINES` (short names, comma-separated;
+/// for profiling one engine) leaves `engine` in; all are in without it.
+fn wanted(engine: Engine) -> bool {
+    std::env::var("SESSIONLOG_BENCH_MULTI_ENGINES")
+        .map_or(true, |v| v.split(',').any(|e| e == engine.short()))
+}
+
 /// Runs the table (engine order rotated per row) and returns it as
 /// markdown; progress on stderr.
 pub fn table(root: &Path, cap: Duration, rows: &[(usize, usize)]) -> Res<String> {
@@ -569,7 +576,7 @@ pub fn table(root: &Path, cap: Duration, rows: &[(usize, usize)]) -> Res<String>
         let mut cells: Vec<Option<Cell>> = vec![None; Engine::ALL.len()];
         for k in 0..Engine::ALL.len() {
             let engine = Engine::ALL[(k + ri) % Engine::ALL.len()];
-            if !engine.runs_at(w) {
+            if !engine.runs_at(w) || !wanted(engine) {
                 continue;
             }
             let dir = root.join(format!("multi-w{w}-s{s}-{}", engine.short()));
