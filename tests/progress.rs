@@ -214,3 +214,51 @@ fn fixture_databases_report_each_session() {
         check_db_progress(&dir.join(db), &tmp.path().join(format!("store{k}")));
     }
 }
+
+/// Records of 256 KiB: the store writes an import in batches of about
+/// 64 KiB, so a session of a few MB takes dozens of them.
+fn small_records() -> Options {
+    Options {
+        max_record: 256 << 10,
+        ..Options::default()
+    }
+}
+
+#[test]
+fn the_store_reports_the_events_written_batch_by_batch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let st = Store::open(tmp.path().join("store"), small_records()).unwrap();
+    let (header, events) = sample("s", 100);
+    let events: Vec<_> = events.iter().map(OwnedEvent::borrowed).collect();
+    let n = events.len() as u64;
+    let mut seen = Vec::new();
+    st.import_with_progress(header.clone(), &events, false, &mut |w| seen.push(w))
+        .unwrap();
+    // Several counts within the session, each larger than the last, the
+    // last (the session published) every event, once.
+    assert!(seen.len() >= 5, "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert_eq!(seen.last(), Some(&n));
+    assert!(seen[..seen.len() - 1].iter().all(|&w| 0 < w && w < n));
+    assert_eq!(st.load("s").unwrap().1.len() as u64, n);
+
+    // Replacing reports the same way.
+    let mut again = Vec::new();
+    st.import_with_progress(header.clone(), &events, true, &mut |w| again.push(w))
+        .unwrap();
+    assert_eq!(again, seen);
+    // A failure never reports the whole session.
+    let mut failed = Vec::new();
+    assert!(
+        st.import_with_progress(header, &events, false, &mut |w| failed.push(w))
+            .is_err()
+    );
+    assert!(!failed.contains(&n), "{failed:?}");
+    // No events: only "published", 0.
+    let mut empty = Vec::new();
+    st.import_with_progress(SessionHeader::new("e", 0), &[], false, &mut |w| {
+        empty.push(w)
+    })
+    .unwrap();
+    assert_eq!(empty, [0]);
+}

@@ -144,7 +144,7 @@ impl Store {
             }
             Ok(())
         };
-        self.build_and_publish(header, &rest, prepare, Publish::New)
+        self.build_and_publish(header, &rest, prepare, Publish::New, &mut |_| {})
     }
 
     /// Imports a whole session atomically: `events` (from seq 0) are folded
@@ -156,14 +156,64 @@ impl Store {
     /// durable (the old one stays in place until then); without it, an
     /// existing id is [`Error::Exists`]. An unclosed last turn is stored as
     /// it is: [`Store::repair`] closes it.
+    ///
+    /// [`Store::import_with_progress`] is the same, telling how far it has
+    /// got.
     pub fn import(&self, header: SessionHeader, events: &[Event<'_>], replace: bool) -> Result<()> {
+        self.import_with_progress(header, events, replace, &mut |_| {})
+    }
+
+    /// [`Store::import`], telling `progress` how many of `events` are
+    /// written so far, for a progress bar over one big session.
+    ///
+    /// The events are written in batches of about a quarter of
+    /// [`Options::max_record`](super::Options::max_record) bytes each (at
+    /// least one event); after each batch but the last, `progress` is told
+    /// the events written (into the staged session, not yet durable nor
+    /// visible), each count larger than the one before and smaller than
+    /// `events.len()`. Then, once the whole session is durable and
+    /// published, it is told `events.len()` exactly once, as its last call:
+    /// that value means "published" (for a session with no events, 0). On
+    /// a failure it is not told `events.len()`, and nothing is stored.
+    ///
+    /// ```
+    /// use sessionlog::event::OwnedEvent;
+    /// use sessionlog::sample::{Sample, SampleConfig};
+    /// use sessionlog::store::{Options, Store};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// // Small records, so that 100 sample turns take several batches.
+    /// let options = Options {
+    ///     max_record: 256 << 10,
+    ///     ..Options::default()
+    /// };
+    /// let store = Store::open(dir.path(), options)?;
+    /// let (header, events) = Sample::new(SampleConfig {
+    ///     turns: 100,
+    ///     ..SampleConfig::default()
+    /// })
+    /// .session("s");
+    /// let events: Vec<_> = events.iter().map(OwnedEvent::borrowed).collect();
+    /// let mut seen = Vec::new();
+    /// store.import_with_progress(header, &events, false, &mut |n| seen.push(n))?;
+    /// assert!(seen.len() > 2 && seen.windows(2).all(|w| w[0] < w[1]));
+    /// assert_eq!(seen.last(), Some(&(events.len() as u64))); // published
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn import_with_progress(
+        &self,
+        header: SessionHeader,
+        events: &[Event<'_>],
+        replace: bool,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<()> {
         self.writable()?;
         let mode = if replace {
             Publish::NewOrReplace
         } else {
             Publish::New
         };
-        self.build_and_publish(header, events, |_| Ok(()), mode)
+        self.build_and_publish(header, events, |_| Ok(()), mode, progress)
     }
 
     /// Builds a new session in a staging directory (`prepare` puts files
@@ -171,12 +221,15 @@ impl Store {
     /// a checkpoint), then publishes it under its id, or swaps it in for the
     /// stored session when `replace`. Any failure before the publish
     /// discards the staged directory: nothing partial is ever visible.
+    /// `progress` is told the events written as in
+    /// [`Store::import_with_progress`].
     pub(super) fn build_and_publish(
         &self,
         header: SessionHeader,
         events: &[Event<'_>],
         prepare: impl FnOnce(&Path) -> Result<()>,
         mode: Publish,
+        progress: &mut dyn FnMut(u64),
     ) -> Result<()> {
         let id = header.id.clone();
         self.session_dir(&id)?; // a usable id
@@ -185,7 +238,7 @@ impl Store {
         // replace or write the id meanwhile.
         let slot = self.slot(&id)?;
         let mut s = slot.lock().expect("session lock");
-        let built = self.build_and_publish_locked(&mut s, header, events, prepare, mode);
+        let built = self.build_and_publish_locked(&mut s, header, events, prepare, mode, progress);
         if built.is_err() {
             s.lock = None;
             s.writer = None;
@@ -201,6 +254,7 @@ impl Store {
         events: &[Event<'_>],
         prepare: impl FnOnce(&Path) -> Result<()>,
         mode: Publish,
+        progress: &mut dyn FnMut(u64),
     ) -> Result<()> {
         let id = header.id.clone();
         self.lock_session(s)?;
@@ -235,8 +289,13 @@ impl Store {
             // One sync for the whole build, at the end: nothing is visible
             // before the publish.
             c.defer_sync = true;
+            let mut written = 0;
             for batch in split_batches(events, self.inner.options.max_record as usize / 4) {
                 self.append_locked(c, batch)?;
+                written += batch.len();
+                if written < events.len() {
+                    progress(written as u64);
+                }
             }
             c.defer_sync = false;
             c.sync_now()?;
@@ -290,6 +349,8 @@ impl Store {
         c.lock = s.lock.take();
         c.dir_ino = self.inner.vfs.metadata(&c.dir).map_or(0, |m| m.ino);
         *s = c;
+        // Durable and published.
+        progress(events.len() as u64);
         Ok(())
     }
 }
