@@ -262,3 +262,32 @@ fn the_store_reports_the_events_written_batch_by_batch() {
     .unwrap();
     assert_eq!(empty, [0]);
 }
+
+#[test]
+fn storing_one_big_file_reports_events_within_the_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (path, events) = big_file(tmp.path());
+    let st = Store::open(tmp.path().join("store"), small_records()).unwrap();
+    let mut seen = Vec::new();
+    import_file_with_progress(&st, &path, ImportOptions::default(), &mut |p| seen.push(p)).unwrap();
+    let (_, storing) = check_stages(&seen);
+    // Before the session is stored, the events stored so far move.
+    let within: Vec<u64> = storing
+        .iter()
+        .filter(|p| p.sessions == 0)
+        .map(|p| p.events)
+        .filter(|&e| e > 0)
+        .collect();
+    assert!(within.len() >= 5, "{storing:?}");
+    assert!(within.windows(2).all(|w| w[0] < w[1]), "{within:?}");
+    assert!(within.iter().all(|&e| e < events), "{within:?}");
+    // At a bounded rate: one per REPORT_EVENTS at most, besides the start
+    // and the end.
+    assert!(
+        storing.len() as u64 <= 2 + events / REPORT_EVENTS,
+        "{} reports for {events} events",
+        storing.len()
+    );
+    let last = storing.last().unwrap();
+    assert_eq!((last.sessions, last.events), (1, events));
+}
