@@ -214,3 +214,80 @@ fn fixture_databases_report_each_session() {
         check_db_progress(&dir.join(db), &tmp.path().join(format!("store{k}")));
     }
 }
+
+/// Records of 256 KiB: the store writes an import in batches of about
+/// 64 KiB, so a session of a few MB takes dozens of them.
+fn small_records() -> Options {
+    Options {
+        max_record: 256 << 10,
+        ..Options::default()
+    }
+}
+
+#[test]
+fn the_store_reports_the_events_written_batch_by_batch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let st = Store::open(tmp.path().join("store"), small_records()).unwrap();
+    let (header, events) = sample("s", 100);
+    let events: Vec<_> = events.iter().map(OwnedEvent::borrowed).collect();
+    let n = events.len() as u64;
+    let mut seen = Vec::new();
+    st.import_with_progress(header.clone(), &events, false, &mut |w| seen.push(w))
+        .unwrap();
+    // Several counts within the session, each larger than the last, the
+    // last (the session published) every event, once.
+    assert!(seen.len() >= 5, "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert_eq!(seen.last(), Some(&n));
+    assert!(seen[..seen.len() - 1].iter().all(|&w| 0 < w && w < n));
+    assert_eq!(st.load("s").unwrap().1.len() as u64, n);
+
+    // Replacing reports the same way.
+    let mut again = Vec::new();
+    st.import_with_progress(header.clone(), &events, true, &mut |w| again.push(w))
+        .unwrap();
+    assert_eq!(again, seen);
+    // A failure never reports the whole session.
+    let mut failed = Vec::new();
+    assert!(
+        st.import_with_progress(header, &events, false, &mut |w| failed.push(w))
+            .is_err()
+    );
+    assert!(!failed.contains(&n), "{failed:?}");
+    // No events: only "published", 0.
+    let mut empty = Vec::new();
+    st.import_with_progress(SessionHeader::new("e", 0), &[], false, &mut |w| {
+        empty.push(w)
+    })
+    .unwrap();
+    assert_eq!(empty, [0]);
+}
+
+#[test]
+fn storing_one_big_file_reports_events_within_the_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (path, events) = big_file(tmp.path());
+    let st = Store::open(tmp.path().join("store"), small_records()).unwrap();
+    let mut seen = Vec::new();
+    import_file_with_progress(&st, &path, ImportOptions::default(), &mut |p| seen.push(p)).unwrap();
+    let (_, storing) = check_stages(&seen);
+    // Before the session is stored, the events stored so far move.
+    let within: Vec<u64> = storing
+        .iter()
+        .filter(|p| p.sessions == 0)
+        .map(|p| p.events)
+        .filter(|&e| e > 0)
+        .collect();
+    assert!(within.len() >= 5, "{storing:?}");
+    assert!(within.windows(2).all(|w| w[0] < w[1]), "{within:?}");
+    assert!(within.iter().all(|&e| e < events), "{within:?}");
+    // At a bounded rate: one per REPORT_EVENTS at most, besides the start
+    // and the end.
+    assert!(
+        storing.len() as u64 <= 2 + events / REPORT_EVENTS,
+        "{} reports for {events} events",
+        storing.len()
+    );
+    let last = storing.last().unwrap();
+    assert_eq!((last.sessions, last.events), (1, events));
+}

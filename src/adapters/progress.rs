@@ -15,7 +15,8 @@ pub enum Stage {
     #[default]
     Reading,
     /// Writing the checked sessions into the store: `sessions` and `events`
-    /// count what is stored, from 0.
+    /// count what is stored, from 0; `events` moves within a session too,
+    /// as the store writes its batches.
     Storing,
 }
 
@@ -29,7 +30,9 @@ pub enum Stage {
 /// size: while reading, one per [`REPORT_BYTES`] of a session file's text
 /// or per [`REPORT_EVENTS`] events of a database, plus one per database
 /// session and two at the change of stage; while storing, one per
-/// session. An observer may draw each one.
+/// session, plus within a session one per batch the store writes (see
+/// [`Store::import_with_progress`]) once another [`REPORT_EVENTS`] events
+/// are written. An observer may draw each one.
 ///
 /// ```
 /// use sessionlog::adapters::{Progress, Stage};
@@ -41,6 +44,7 @@ pub enum Stage {
 ///
 /// [`import_file_with_progress`]: crate::adapters::harness::import_file_with_progress
 /// [`import_db_with_progress`]: crate::adapters::sqlite::import_db_with_progress
+/// [`Store::import_with_progress`]: crate::store::Store::import_with_progress
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Progress {
@@ -53,7 +57,8 @@ pub struct Progress {
     /// JSONL), known from the first report on. 0 for a database.
     pub total_bytes: u64,
     /// Events read and checked ([`Stage::Reading`]; packed rows expanded),
-    /// then events stored ([`Stage::Storing`]).
+    /// then events stored ([`Stage::Storing`]; those of the session being
+    /// stored included as its batches are written).
     pub events: u64,
     /// Sessions read and checked, then sessions stored (closers appended).
     pub sessions: u64,
@@ -68,6 +73,8 @@ pub(crate) struct Reporter<'a> {
     now: Progress,
     next_bytes: u64,
     next_events: u64,
+    /// Events of the sessions stored whole ([`Stage::Storing`]).
+    stored_events: u64,
 }
 
 impl<'a> Reporter<'a> {
@@ -78,6 +85,7 @@ impl<'a> Reporter<'a> {
             now: Progress::default(),
             next_bytes: 0,
             next_events: 0,
+            stored_events: 0,
         }
     }
 
@@ -138,13 +146,28 @@ impl<'a> Reporter<'a> {
         self.now.stage = Stage::Storing;
         self.now.events = 0;
         self.now.sessions = 0;
+        self.stored_events = 0;
+        self.next_events = REPORT_EVENTS;
         self.send();
+    }
+
+    /// `written` events of the session being stored are written (the
+    /// store's report after a batch): reported once another
+    /// [`REPORT_EVENTS`] are.
+    pub(crate) fn storing_events(&mut self, written: u64) {
+        let events = self.stored_events + written;
+        if events >= self.next_events {
+            self.now.events = events;
+            self.next_events = events + REPORT_EVENTS;
+            self.send();
+        }
     }
 
     /// One more session stored, with its `events`.
     pub(crate) fn stored(&mut self, events: u64) {
+        self.stored_events += events;
         self.now.sessions += 1;
-        self.now.events += events;
+        self.now.events = self.stored_events;
         self.send();
     }
 }
@@ -162,10 +185,14 @@ mod tests {
         for b in (0..=10 * REPORT_BYTES).step_by(128) {
             r.text(b, b / 128);
         }
-        r.storing(42);
-        r.stored(42);
-        // The start, ten steps, the end of reading, storing from 0, stored.
-        assert_eq!(seen.len(), 1 + 10 + 1 + 1 + 1, "{seen:?}");
+        r.storing(10 * REPORT_EVENTS);
+        for written in (0..10 * REPORT_EVENTS).step_by(100) {
+            r.storing_events(written);
+        }
+        r.stored(10 * REPORT_EVENTS);
+        // The start, ten steps, the end of reading, storing from 0, nine
+        // steps within the session, stored.
+        assert_eq!(seen.len(), 1 + 10 + 1 + 1 + 9 + 1, "{seen:?}");
         let reading: Vec<u64> = seen
             .iter()
             .filter(|p| p.stage == Stage::Reading)
@@ -173,10 +200,16 @@ mod tests {
             .collect();
         assert!(reading.windows(2).all(|w| w[0] <= w[1]), "{reading:?}");
         assert_eq!(reading.last(), Some(&(10 * REPORT_BYTES)));
+        let storing: Vec<u64> = seen
+            .iter()
+            .filter(|p| p.stage == Stage::Storing)
+            .map(|p| p.events)
+            .collect();
+        assert!(storing.windows(2).all(|w| w[0] < w[1]), "{storing:?}");
         let last = seen.last().unwrap();
         assert_eq!(
             (last.stage, last.sessions, last.events),
-            (Stage::Storing, 1, 42)
+            (Stage::Storing, 1, 10 * REPORT_EVENTS)
         );
     }
 }

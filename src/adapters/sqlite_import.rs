@@ -99,8 +99,14 @@ pub fn import_db_with_progress(
         };
         let replaced = existing.contains(&id);
         let n = session.events.len() as u64;
-        storing::store_session(store, session.header, &session.events, replace)
-            .map_err(store_err)?;
+        storing::store_session_reporting(
+            store,
+            session.header,
+            &session.events,
+            replace,
+            &mut progress,
+        )
+        .map_err(store_err)?;
         let closers = store.repair(&id).map_err(store_err)?;
         progress.stored(n);
         report.sessions.push(ImportedSession {

@@ -80,10 +80,11 @@ impl Progress {
 }
 
 /// `import`'s progress: within the current source (a session file or a
-/// database) the bytes or sessions read, with a rate, then the sessions
-/// stored; and which source of how many it is. The bar moves with the
-/// library's reports, which come at most once per 64 KiB of a file's text,
-/// 1,000 events or session of a database.
+/// database) the bytes or sessions read, with a rate, then the events (and
+/// sessions) stored; and which source of how many it is. The bar moves with
+/// the library's reports, which come at most once per 64 KiB of a file's
+/// text, 1,000 events or session of a database, and, while storing, once
+/// per session or per store batch past another 1,000 events.
 pub struct ImportProgress {
     bar: ProgressBar,
     /// Plain lines on stderr (`--progress` where no bar is drawn).
@@ -94,7 +95,10 @@ pub struct ImportProgress {
     started: Instant,
     /// Events read from the current source.
     read: u64,
-    /// The tenth of the current source last printed as a plain line.
+    /// The stage of the last report.
+    stage: Stage,
+    /// The tenth of the current stage of the current source last printed as
+    /// a plain line.
     printed: u64,
 }
 
@@ -113,6 +117,7 @@ impl ImportProgress {
             name: String::new(),
             started: Instant::now(),
             read: 0,
+            stage: Stage::Reading,
             printed: 0,
         }
     }
@@ -123,6 +128,7 @@ impl ImportProgress {
         self.name = path.display().to_string();
         self.started = Instant::now();
         self.read = 0;
+        self.stage = Stage::Reading;
         self.printed = 0;
         self.bar
             .set_prefix(format!("import {}/{}", self.current, self.sources));
@@ -167,19 +173,44 @@ impl ImportProgress {
                     ),
                 )
             }
-            Stage::Storing if file => (1, 1, format!("storing {} events", self.read)),
-            _ => (
-                p.sessions,
-                p.total_sessions,
+            // Storing moves by events, within a session too.
+            _ if file => (
+                p.events,
+                self.read,
                 format!(
-                    "{}/{} sessions stored, {} of {} events",
-                    p.sessions, p.total_sessions, p.events, self.read
+                    "{}/{} events stored, {:.0} events/s",
+                    p.events,
+                    self.read,
+                    p.events as f64 / secs
+                ),
+            ),
+            // (By sessions when there are no events to count.)
+            _ => (
+                if self.read > 0 { p.events } else { p.sessions },
+                if self.read > 0 {
+                    self.read
+                } else {
+                    p.total_sessions
+                },
+                format!(
+                    "{}/{} sessions stored, {}/{} events, {:.0} events/s",
+                    p.sessions,
+                    p.total_sessions,
+                    p.events,
+                    self.read,
+                    p.events as f64 / secs
                 ),
             ),
         };
+        if p.stage != self.stage {
+            // Storing begins: its rate and tenths from here.
+            self.stage = p.stage;
+            self.started = Instant::now();
+            self.printed = 0;
+        }
         let line = format!("{}: {what}", self.name);
-        if self.lines && p.stage == Stage::Reading && len > 0 {
-            // A line each time another tenth is read.
+        if self.lines && len > 0 {
+            // A line each time another tenth is read, then stored.
             let tenth = pos.saturating_mul(10) / len;
             if tenth > self.printed {
                 self.printed = tenth;

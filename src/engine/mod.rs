@@ -11,6 +11,8 @@
 //! - [`session`]: one loaded session and its read indexes;
 //! - [`load`]: loading and recovering a session from its files;
 //! - [`write`]: the append path and the store-level changes built on it;
+//! - [`publish`]: building a whole session in staging and publishing it
+//!   (import, fork);
 //! - [`read`]: events, surface, derive, verify and stats;
 //! - [`events`]: decoding a session batch by batch (collected or streamed);
 //! - [`tail`]: following a session as writers append to it;
@@ -35,6 +37,7 @@ pub(crate) mod hooks;
 pub(crate) mod load;
 pub(crate) mod locks;
 pub(crate) mod options;
+pub(crate) mod publish;
 pub(crate) mod read;
 pub(crate) mod registry;
 pub(crate) mod remote;

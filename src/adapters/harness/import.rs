@@ -279,7 +279,8 @@ pub fn import_file_with_progress(
     }
     let events = session.events.len() as u64;
     progress.storing(events);
-    storing::store_session(store, header, &session.events, opts.replace).map_err(|e| match e {
+    storing::store_session_reporting(store, header, &session.events, opts.replace, &mut progress)
+        .map_err(|e| match e {
         store::Error::Exists(_) => ImportError::Exists {
             path: path.to_owned(),
             id: id.clone(),
