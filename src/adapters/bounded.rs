@@ -10,6 +10,7 @@
 //! ([`ZSTD_WINDOW_LOG_MAX`]), so the decoder's own buffer is bounded. The
 //! README's "Limits on hostile input" lists these numbers.
 
+use serde_json::value::RawValue;
 use std::io;
 
 /// The largest Zstandard window a frame may use: 2^24 bytes (16 MiB). The
@@ -34,6 +35,23 @@ pub const MAX_SCALAR_DATA_BYTES: u64 = 64 << 20;
 /// row: at most about (110 + this) bytes per member, for at least 3 bytes
 /// of row per member. Real rows copy well under 100 bytes.
 pub const MAX_PACKED_REPLICATED_BYTES: usize = 256;
+
+/// The bytes a packed row copies into every member: its `turn`, `step`,
+/// `index`, and a tool call's `id` and `name` (compared with
+/// [`MAX_PACKED_REPLICATED_BYTES`] by the reader and the writer alike).
+pub(crate) fn packed_replicated_bytes(
+    turn: &RawValue,
+    step: &RawValue,
+    index: &RawValue,
+    id: Option<&RawValue>,
+    name: Option<&RawValue>,
+) -> usize {
+    [Some(turn), Some(step), Some(index), id, name]
+        .into_iter()
+        .flatten()
+        .map(|v| v.get().len())
+        .sum()
+}
 
 /// The longest JSON number literal accepted for a packed row's `turn`,
 /// `step` or `index` (every number JavaScript prints fits in 24 bytes).

@@ -332,11 +332,7 @@ pub fn expand_packed_row<'a>(row: &Fields<'a>) -> Result<Vec<Event<'a>>, String>
     } else {
         (None, None)
     };
-    let replicated = turn.get().len()
-        + step.get().len()
-        + index.get().len()
-        + id.map_or(0, |v| v.get().len())
-        + name.map_or(0, |v| v.get().len());
+    let replicated = bounded::packed_replicated_bytes(turn, step, index, id, name);
     if replicated > bounded::MAX_PACKED_REPLICATED_BYTES {
         return Err(format!(
             "turn, step, index, id and name take {replicated} bytes, copied into every member (limit {})",

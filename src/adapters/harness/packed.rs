@@ -270,11 +270,7 @@ fn member<'e>(e: &'e Event<'_>) -> Option<Member<'e>> {
     }
     // Our reader refuses rows that copy more than this into every member
     // (a bound against hostile expansion); such chunks stay verbatim.
-    let replicated = turn.get().len()
-        + step.get().len()
-        + index.get().len()
-        + id.map_or(0, |v| v.get().len())
-        + name.map_or(0, |v| v.get().len());
+    let replicated = bounded::packed_replicated_bytes(turn, step, index, id, name);
     if replicated > bounded::MAX_PACKED_REPLICATED_BYTES {
         return None;
     }
