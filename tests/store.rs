@@ -1099,3 +1099,44 @@ fn events_stream_what_read_from_returns() {
         items.last().map(|r| r.as_ref().map(|e| e.seq))
     );
 }
+
+/// `list` of a store large enough to be scanned by several threads gives
+/// every session once, sorted, and `unaccounted` every foreign entry,
+/// sorted by path, wherever they fall among the threads' shares.
+#[test]
+fn a_large_store_lists_every_session_once_and_reports_foreign_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        durability: sessionlog::store::Durability::None,
+        ..Options::default()
+    };
+    let store = Store::open(dir.path(), options).unwrap();
+    let n = 700;
+    for i in (0..n).rev() {
+        let id = format!("s{i:04}");
+        store
+            .create(SessionHeader::new(id.clone(), 1_700_000_000_000))
+            .unwrap();
+        let e = build::user_message(0, 1_700_000_000_000, "hello");
+        store.append(&id, &[e.borrowed()]).unwrap();
+    }
+    store.close().unwrap();
+    for name in ["aaa-notes", "mmm-notes", "zzz-notes"] {
+        std::fs::create_dir(dir.path().join("sessions").join(name)).unwrap();
+    }
+    let store = Store::open_read_only(dir.path()).unwrap();
+    let ids: Vec<String> = store.list().unwrap().into_iter().map(|h| h.id).collect();
+    let expected: Vec<String> = (0..n).map(|i| format!("s{i:04}")).collect();
+    assert_eq!(ids, expected);
+    let foreign: Vec<PathBuf> = store
+        .unaccounted()
+        .unwrap()
+        .into_iter()
+        .map(|u| u.path)
+        .collect();
+    let sessions = dir.path().join("sessions");
+    assert_eq!(
+        foreign,
+        ["aaa-notes", "mmm-notes", "zzz-notes"].map(|n| sessions.join(n))
+    );
+}

@@ -52,6 +52,10 @@ pub(crate) const HEADER_VERSION: u32 = 1;
 const HEADER_FIXED: usize = 8 + 4 + 16 + 4 + 4;
 /// The largest header JSON accepted (a header is a few hundred bytes).
 const MAX_HEADER_JSON: usize = 1 << 20;
+/// Stores with at least this many entries are scanned by several threads.
+const PARALLEL_SCAN_MIN: usize = 512;
+/// What one scan thread found: sessions, and entries that are not ones.
+type ScanPart = (Vec<SessionEntry>, Vec<Unaccounted>);
 
 /// A session's identity as its directory records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -314,13 +318,52 @@ impl Registry {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err((self.sessions.clone(), e)),
         };
+        // The registry's own entries start with a dot.
+        let names: Vec<_> = names
+            .into_iter()
+            .filter(|n| n.as_encoded_bytes().first() != Some(&b'.'))
+            .collect();
+        // Reading a HEADER is an open, a read and a close: syscall-bound,
+        // so a large store is read by a few threads at once (1.5x faster
+        // with 2 threads on 2 cores: `read/list/10000` in benches/store.rs,
+        // BENCHMARKS.md); a small one in order, which also keeps the
+        // fault-injection runs' operation order deterministic.
+        let threads = if names.len() >= PARALLEL_SCAN_MIN {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+        } else {
+            1
+        };
+        let mut parts = if threads > 1 {
+            let chunk = names.len().div_ceil(threads);
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = names
+                    .chunks(chunk)
+                    .map(|part| scope.spawn(move || self.scan_part(part)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("a scan thread does not panic"))
+                    .collect::<Result<Vec<_>, _>>()
+            })?
+        } else {
+            vec![self.scan_part(&names)?]
+        };
+        let (mut sessions, mut unaccounted) = parts.pop().unwrap_or_default();
+        for (s, u) in parts {
+            sessions.extend(s);
+            unaccounted.extend(u);
+        }
+        sessions.sort_by(|a, b| a.header.id.cmp(&b.header.id));
+        unaccounted.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok((sessions, unaccounted))
+    }
+
+    /// Reads the sessions directory entries `names` (see [`scan`](Registry::scan)).
+    fn scan_part(&self, names: &[std::ffi::OsString]) -> Result<ScanPart, (PathBuf, io::Error)> {
         let mut sessions = Vec::with_capacity(names.len());
         let mut unaccounted = Vec::new();
         for name in names {
-            if name.as_encoded_bytes().first() == Some(&b'.') {
-                continue; // the registry's own
-            }
-            let dir = self.sessions.join(&name);
+            let dir = self.sessions.join(name);
             match self.read_entry(&dir) {
                 Ok(entry) => sessions.push(entry),
                 Err(LookupError::Unaccounted(u)) => unaccounted.push(u),
@@ -329,7 +372,6 @@ impl Registry {
                 Err(LookupError::Io(path, e)) => return Err((path, e)),
             }
         }
-        sessions.sort_by(|a, b| a.header.id.cmp(&b.header.id));
         Ok((sessions, unaccounted))
     }
 
