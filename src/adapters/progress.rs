@@ -114,6 +114,7 @@ impl<'a> Reporter<'a> {
     }
 
     /// A database of `sessions` sessions is being read.
+    #[cfg(feature = "sqlite")] // only databases count sessions and events as read
     pub(crate) fn start_sessions(&mut self, sessions: u64) {
         self.now.total_sessions = sessions;
         self.next_events = REPORT_EVENTS;
@@ -121,6 +122,7 @@ impl<'a> Reporter<'a> {
     }
 
     /// One more event of a database read: reported every [`REPORT_EVENTS`].
+    #[cfg(feature = "sqlite")] // only databases count sessions and events as read
     #[inline]
     pub(crate) fn event(&mut self) {
         self.now.events += 1;
@@ -131,6 +133,7 @@ impl<'a> Reporter<'a> {
     }
 
     /// One more session of a database read (its events counted).
+    #[cfg(feature = "sqlite")] // only databases count sessions and events as read
     pub(crate) fn session_read(&mut self) {
         self.now.sessions += 1;
         self.send();
