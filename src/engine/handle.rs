@@ -5,6 +5,7 @@ use super::error::{Error, Result, io_at};
 use super::load::Recovery;
 use super::locks::LockTable;
 use super::options::{Durability, Options};
+use super::periodic::Periodic;
 use super::registry::{LookupError, Registry, SessionEntry, Unaccounted};
 use super::session::{NodeLocs, Session};
 use super::write::new_uid;
@@ -43,17 +44,11 @@ pub(super) struct Inner {
     pub(super) sessions: Arc<Sessions>,
     pub(super) recoveries: Mutex<HashMap<String, Recovery>>,
     /// The group-commit thread (Batched mode), stopped and joined by close.
-    pub(super) group_commit: Mutex<Option<GroupCommit>>,
+    pub(super) group_commit: Mutex<Option<Periodic>>,
     /// The archive tier (issue 17), set once at open (nothing without the
     /// `archive` feature).
     #[cfg_attr(not(feature = "archive"), allow(dead_code))]
     pub(super) archive: super::hooks::Slot,
-}
-
-/// The handle of the group-commit thread.
-pub(super) struct GroupCommit {
-    pub(super) stop: Arc<std::sync::atomic::AtomicBool>,
-    pub(super) thread: std::thread::JoinHandle<()>,
 }
 
 /// A store of sessions. `Send + Sync`: share it (it is a cheap handle) and
@@ -104,9 +99,7 @@ impl Inner {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         if let Some(gc) = group_commit {
-            gc.stop.store(true, std::sync::atomic::Ordering::Release);
-            gc.thread.thread().unpark();
-            let _ = gc.thread.join();
+            gc.stop();
         }
     }
 }
@@ -123,28 +116,13 @@ impl Drop for Inner {
 
 /// The group-commit thread of [`Durability::Batched`]: wakes every `window`
 /// and syncs the dirty sessions; stopped and joined by close or drop.
-pub(super) fn spawn_group_commit(
-    sessions: Arc<Sessions>,
-    window: std::time::Duration,
-) -> GroupCommit {
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = stop.clone();
-    let thread = std::thread::Builder::new()
-        .name("sessionlog-group-commit".into())
-        .spawn(move || {
-            use std::sync::atomic::Ordering;
-            // Holds the sessions, never the store: dropping the last store
-            // handle stops this thread and releases the lock at once.
-            while !flag.load(Ordering::Acquire) {
-                std::thread::park_timeout(window);
-                if flag.load(Ordering::Acquire) {
-                    return;
-                }
-                let _ = sync_dirty(&sessions);
-            }
-        })
-        .expect("spawn the group-commit thread");
-    GroupCommit { stop, thread }
+pub(super) fn spawn_group_commit(sessions: Arc<Sessions>, window: std::time::Duration) -> Periodic {
+    // Holds the sessions, never the store: dropping the last store handle
+    // stops this thread and releases the lock at once.
+    Periodic::spawn("sessionlog-group-commit", window, move || {
+        let _ = sync_dirty(&sessions);
+        true
+    })
 }
 
 impl Store {

@@ -16,6 +16,7 @@
 //! - [`read`]: events, surface, derive, verify and stats;
 //! - [`events`]: decoding a session batch by batch (collected or streamed);
 //! - [`tail`]: following a session as writers append to it;
+//! - [`periodic`]: the background threads (group commit, archive uploads);
 //! - [`options`], [`error`].
 //!
 //! Data flows one way: append -> record -> file -> sync -> index. Loading
@@ -37,6 +38,7 @@ pub(crate) mod hooks;
 pub(crate) mod load;
 pub(crate) mod locks;
 pub(crate) mod options;
+pub(crate) mod periodic;
 pub(crate) mod publish;
 pub(crate) mod read;
 pub(crate) mod registry;

@@ -28,7 +28,7 @@ use object_store::path::Path as ObjectPath;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,7 +46,7 @@ pub(crate) struct Archive {
     pub(super) state: Mutex<State>,
     pub(super) counters: Counters,
     /// The background uploader, stopped by `close` or drop.
-    uploader: Mutex<Option<uploader::Thread>>,
+    uploader: Mutex<Option<crate::engine::periodic::Periodic>>,
 }
 
 /// What the archive remembers between passes.
@@ -287,9 +287,7 @@ impl Archive {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         if let Some(t) = thread {
-            t.stop.store(true, Ordering::Release);
-            t.handle.thread().unpark();
-            let _ = t.handle.join();
+            t.stop();
         }
     }
 }
@@ -331,9 +329,6 @@ fn percent_decode(part: &str) -> String {
     }
     String::from_utf8_lossy(&out).into_owned()
 }
-
-/// The stop flag of a background thread.
-pub(super) type StopFlag = Arc<AtomicBool>;
 
 /// An error of the object store as the store's error, naming the key.
 pub(super) fn archive_error(

@@ -14,9 +14,10 @@
 //! put visible only complete), and it is retried with backoff.
 
 use super::lease::LeaseRecord;
-use super::{Archive, StopFlag, archive_error};
+use super::{Archive, archive_error};
 use crate::checkpoint::{CHECKPOINT_FILE, Checkpoint};
 use crate::engine::error::{Error, Result, io_at};
+use crate::engine::periodic::Periodic;
 use crate::engine::registry::HEADER_FILE;
 use crate::lineage::LINEAGE_FILE;
 use crate::segment;
@@ -26,12 +27,6 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
-
-/// The background uploader's thread.
-pub(super) struct Thread {
-    pub(super) stop: StopFlag,
-    pub(super) handle: std::thread::JoinHandle<()>,
-}
 
 /// What one upload pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -119,31 +114,20 @@ impl Archive {
     /// Starts the background uploader. It holds the archive weakly: the
     /// last store handle's drop stops it.
     pub(super) fn start_uploader(self: &Arc<Self>) {
-        let stop: StopFlag = Default::default();
-        let flag = stop.clone();
         let weak: Weak<Archive> = Arc::downgrade(self);
-        let interval = self.opts.upload_interval;
-        let handle = std::thread::Builder::new()
-            .name("sessionlog-archive".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Acquire) {
-                    std::thread::park_timeout(interval);
-                    if flag.load(Ordering::Acquire) {
-                        return;
-                    }
-                    let Some(archive) = weak.upgrade() else {
-                        return;
-                    };
-                    // Errors are retried by the next pass; a fenced
-                    // session is reported to its next append.
-                    let _ = archive.pass(false);
-                }
-            })
-            .expect("spawn the archive uploader");
+        let thread = Periodic::spawn("sessionlog-archive", self.opts.upload_interval, move || {
+            let Some(archive) = weak.upgrade() else {
+                return false;
+            };
+            // Errors are retried by the next pass; a fenced session is
+            // reported to its next append.
+            let _ = archive.pass(false);
+            true
+        });
         *self
             .uploader
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Thread { stop, handle });
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(thread);
     }
 
     /// One upload pass over the sessions this handle holds, then eviction.
