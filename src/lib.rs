@@ -116,12 +116,13 @@ internals! {
         pub(crate) mod bytes;
         pub mod checkpoint;
         pub mod codec;
+        pub mod journal;
         pub mod lineage;
         pub mod manifest;
         pub mod segment;
         pub mod varint;
     }
-    use { checkpoint, codec, lineage, manifest, segment }
+    use { checkpoint, codec, journal, lineage, manifest, segment }
 }
 
 internals! {

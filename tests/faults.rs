@@ -106,6 +106,18 @@ const MODES: [Mode; 3] = [
 
 #[test]
 fn every_operation_fails_in_turn() {
+    every_operation_fails_in_turn_with(options, "");
+}
+
+/// The same with the store-wide journal (issue 18): a failed journal write
+/// or sync fails the append (and poisons the session), never acknowledges
+/// it.
+#[test]
+fn every_operation_fails_in_turn_with_the_journal() {
+    every_operation_fails_in_turn_with(journal_options, "journal: ");
+}
+
+fn every_operation_fails_in_turn_with(opts: fn() -> Options, label: &str) {
     let mut total = 0u64;
     for mode in MODES {
         let mut n = 1u64;
@@ -124,10 +136,10 @@ fn every_operation_fails_in_turn() {
             );
             let fs: Arc<dyn Vfs> = Arc::new(fault.clone());
             let mut model = Model::default();
-            let outcome = workload(&root, &fs, &mut model, !mode.persistent);
+            let outcome = workload_with(&root, &fs, &mut model, !mode.persistent, opts());
             let failed = fault.failed_ops();
             let context = format!(
-                "{} at op {n} ({})",
+                "{label}{} at op {n} ({})",
                 mode.name,
                 failed.first().map_or("none", |f| f.1.as_str())
             );

@@ -16,6 +16,9 @@
 //!
 //! Engines:
 //! - sessionlog `Durability::Sync` (one `Store` shared by the threads);
+//! - sessionlog `Durability::Sync` with `Options::journal`: the same, each
+//!   batch acknowledged by a shared sync of the handle's journal (the
+//!   segments synced in the background);
 //! - floor "per file": the batch's JSONL bytes, precomputed, one `pwrite`
 //!   into the session's own file and one `fdatasync` of that file. Floor
 //!   files are filled with zeros and synced before timing and overwritten
@@ -69,6 +72,8 @@ pub const ROWS: [(usize, usize); 6] = [
 pub enum Engine {
     /// sessionlog, `Durability::Sync`.
     Sync,
+    /// sessionlog, `Durability::Sync` with the store-wide journal.
+    Journal,
     /// One file per session, write + fdatasync.
     PerFile,
     /// One shared log, group commit.
@@ -80,8 +85,9 @@ pub enum Engine {
 }
 
 impl Engine {
-    pub const ALL: [Engine; 5] = [
+    pub const ALL: [Engine; 6] = [
         Engine::Sync,
+        Engine::Journal,
         Engine::PerFile,
         Engine::SharedLog,
         Engine::Syncfs,
@@ -91,6 +97,7 @@ impl Engine {
     pub fn name(self) -> &'static str {
         match self {
             Engine::Sync => "sessionlog Sync",
+            Engine::Journal => "sessionlog Sync + journal",
             Engine::PerFile => "floor: file per session, pwrite+fdatasync",
             Engine::SharedLog => "floor: one shared log, group commit",
             Engine::Syncfs => "file per session, group syncfs",
@@ -101,6 +108,7 @@ impl Engine {
     pub fn short(self) -> &'static str {
         match self {
             Engine::Sync => "sync",
+            Engine::Journal => "journal",
             Engine::PerFile => "perfile",
             Engine::SharedLog => "shared",
             Engine::Syncfs => "syncfs",
@@ -263,11 +271,13 @@ fn sessionlog_cell(
     b: &Batches,
     dir: &Path,
     cap: Duration,
+    journal: bool,
 ) -> Res<Cell> {
     // Every session stays open, as the floors keep every file open (the
     // default handle cache of 512 would reopen a session on each batch).
     let options = Options {
         durability: Durability::Sync,
+        journal,
         max_open_sessions: sessions.max(Options::default().max_open_sessions),
         ..Options::default()
     };
@@ -533,7 +543,8 @@ pub fn run(
     }
     fs::create_dir_all(dir)?;
     let cell = match engine {
-        Engine::Sync => sessionlog_cell(writers, sessions, b, dir, cap),
+        Engine::Sync => sessionlog_cell(writers, sessions, b, dir, cap, false),
+        Engine::Journal => sessionlog_cell(writers, sessions, b, dir, cap, true),
         Engine::PerFile => per_file_cell(writers, sessions, b, dir, cap),
         Engine::SharedLog => shared_log_cell(writers, sessions, b, dir, cap),
         Engine::Syncfs => syncfs_cell(writers, sessions, b, dir, cap),
@@ -564,12 +575,12 @@ pub fn table(root: &Path, cap: Duration, rows: &[(usize, usize)]) -> Res<String>
     )?;
     writeln!(
         out,
-        "| writers | sessions | {} | Sync / shared-log floor | Sync / per-file floor |",
+        "| writers | sessions | {} | Sync / shared-log floor | journal / shared-log floor | Sync / per-file floor |",
         Engine::ALL.map(Engine::name).join(" | ")
     )?;
     writeln!(
         out,
-        "|---|---|{}---:|---:|",
+        "|---|---|{}---:|---:|---:|",
         "---:|".repeat(Engine::ALL.len())
     )?;
     for (ri, &(w, s)) in rows.iter().enumerate() {
@@ -617,9 +628,10 @@ pub fn table(root: &Path, cap: Duration, rows: &[(usize, usize)]) -> Res<String>
         };
         writeln!(
             out,
-            "| {w} | {s} | {} | {} | {} |",
+            "| {w} | {s} | {} | {} | {} | {} |",
             shown.join(" | "),
             ratio(rate(Engine::Sync), rate(Engine::SharedLog)),
+            ratio(rate(Engine::Journal), rate(Engine::SharedLog)),
             ratio(rate(Engine::Sync), rate(Engine::PerFile)),
         )?;
     }

@@ -2,6 +2,7 @@
 //! sessions directory, flush, close and the group-commit thread.
 
 use super::error::{Error, Result, io_at};
+use super::journal::Journal;
 use super::load::Recovery;
 use super::locks::LockTable;
 use super::options::{Durability, Options};
@@ -43,8 +44,11 @@ pub(super) struct Inner {
     /// itself (so dropping the last handle releases the lock at once).
     pub(super) sessions: Arc<Sessions>,
     pub(super) recoveries: Mutex<HashMap<String, Recovery>>,
-    /// The group-commit thread (Batched mode), stopped and joined by close.
+    /// The group-commit thread (Batched mode), or the journal's background
+    /// thread; stopped and joined by close.
     pub(super) group_commit: Mutex<Option<Periodic>>,
+    /// The store-wide journal of this handle (`Options::journal`).
+    pub(super) journal: Option<Arc<Journal>>,
     /// The archive tier (issue 17), set once at open (nothing without the
     /// `archive` feature).
     #[cfg_attr(not(feature = "archive"), allow(dead_code))]
@@ -109,7 +113,10 @@ impl Drop for Inner {
         self.stop_group_commit();
         // Best effort for Batched/None: what an explicit close would sync.
         if !self.read_only {
-            let _ = sync_dirty(&self.sessions);
+            let synced = sync_dirty(&self.sessions).is_ok();
+            if let Some(j) = &self.journal {
+                j.close(synced);
+            }
         }
     }
 }
@@ -121,6 +128,16 @@ pub(super) fn spawn_group_commit(sessions: Arc<Sessions>, window: std::time::Dur
     // stops this thread and releases the lock at once.
     Periodic::spawn("sessionlog-group-commit", window, move || {
         let _ = sync_dirty(&sessions);
+        true
+    })
+}
+
+/// The journal's background thread: keeps a spare journal file ready and
+/// removes full ones once every session is synced past them.
+fn spawn_journal_maintenance(sessions: Arc<Sessions>, journal: Arc<Journal>) -> Periodic {
+    let every = std::time::Duration::from_millis(50);
+    Periodic::spawn("sessionlog-journal", every, move || {
+        journal.maintain(|| sync_dirty(&sessions).is_ok());
         true
     })
 }
@@ -220,6 +237,19 @@ impl Store {
                 .clean_up(|key| locks.try_lock_key(key))
                 .map_err(|(path, source)| Error::Io { path, source })?;
         }
+        let journal = match (&locks, read_only, options.journal, options.durability) {
+            (Some(locks), false, true, Durability::Sync) => Some(Arc::new(
+                Journal::open(
+                    dir,
+                    vfs.clone(),
+                    locks.clone(),
+                    manifest.store_id,
+                    options.journal_file_size,
+                )
+                .map_err(|(path, source)| Error::Io { path, source })?,
+            )),
+            _ => None,
+        };
         let store = Store {
             inner: Arc::new(Inner {
                 options,
@@ -234,13 +264,23 @@ impl Store {
                 sessions: Arc::new(RwLock::new(HashMap::new())),
                 recoveries: Mutex::new(HashMap::new()),
                 group_commit: Mutex::new(None),
+                journal,
                 archive: Default::default(),
             }),
         };
+        if !read_only {
+            // Journals of handles that are gone: their acknowledged batches
+            // go back into their segments before anyone writes after them.
+            store.adopt_orphaned_journals()?;
+        }
         super::hooks::after_open(&store, archive)?; // issue 17
         if let (Durability::Batched { window }, false) = (store.inner.options.durability, read_only)
         {
             let handle = spawn_group_commit(store.inner.sessions.clone(), window);
+            *store.inner.group_commit.lock().expect("lock") = Some(handle);
+        }
+        if let Some(j) = &store.inner.journal {
+            let handle = spawn_journal_maintenance(store.inner.sessions.clone(), j.clone());
             *store.inner.group_commit.lock().expect("lock") = Some(handle);
         }
         Ok(store)
@@ -600,6 +640,11 @@ impl Store {
             if let Err(e) = s.release() {
                 released = released.and(Err(e));
             }
+        }
+        if let Some(j) = &self.inner.journal {
+            // Every session is synced now (or the failure is reported and
+            // the files stay for the sessions' next writers).
+            j.close(flushed.is_ok() && released.is_ok());
         }
         // Issue 17: everything to the bucket, leases given up.
         let archived = self.archive_close();

@@ -32,6 +32,13 @@ pub(crate) fn lock_key(id: &str) -> u64 {
     (fnv1a_128(id.as_bytes()) as u64) & ((1 << 62) - 1)
 }
 
+/// The bytes of `LOCK` from 2^62 up stand for journal files (never a
+/// session key): journal `n` (a 60-bit number) has its owner byte at
+/// `2^62 + 2n` and its replay byte just after.
+pub(crate) fn journal_key(n: u64, which: u64) -> u64 {
+    (1 << 62) + 2 * (n & ((1 << 60) - 1)) + which
+}
+
 /// The open lock file of one store handle.
 #[derive(Debug)]
 pub(crate) struct LockTable {
@@ -115,7 +122,49 @@ impl LockTable {
 
     /// [`LockTable::try_lock`] by key (a staged session is named by its key).
     pub(crate) fn try_lock_key(self: &Arc<Self>, key: u64) -> io::Result<Option<SessionLock>> {
-        match self.fcntl(libc::F_OFD_SETLK, libc::F_WRLCK as i16, key) {
+        self.try_key(key, libc::F_WRLCK as i16)
+    }
+
+    /// Takes the owner lock of journal file `n` (a write lock its owner
+    /// holds for the file's life), or `Ok(None)` when it is held.
+    pub(crate) fn try_lock_journal_owner(
+        self: &Arc<Self>,
+        n: u64,
+    ) -> io::Result<Option<SessionLock>> {
+        self.try_key(journal_key(n, 0), libc::F_WRLCK as i16)
+    }
+
+    /// A read lock on journal `n`'s owner byte: granted only when no owner
+    /// holds it, i.e. the journal's owner is gone (only owners take the
+    /// write lock). Many replayers may hold it at once.
+    pub(crate) fn try_probe_journal_owner(
+        self: &Arc<Self>,
+        n: u64,
+    ) -> io::Result<Option<SessionLock>> {
+        self.try_key(journal_key(n, 0), libc::F_RDLCK as i16)
+    }
+
+    /// The replay lock of orphaned journal `n`: shared by the writers that
+    /// replay their session's entries (waiting for a remover, which holds
+    /// it briefly), exclusive for the one that removes the file.
+    pub(crate) fn lock_journal_replay(
+        self: &Arc<Self>,
+        n: u64,
+        exclusive: bool,
+    ) -> io::Result<Option<SessionLock>> {
+        let key = journal_key(n, 1);
+        if exclusive {
+            return self.try_key(key, libc::F_WRLCK as i16);
+        }
+        self.fcntl(libc::F_OFD_SETLKW, libc::F_RDLCK as i16, key)?;
+        Ok(Some(SessionLock {
+            table: self.clone(),
+            key,
+        }))
+    }
+
+    fn try_key(self: &Arc<Self>, key: u64, kind: i16) -> io::Result<Option<SessionLock>> {
+        match self.fcntl(libc::F_OFD_SETLK, kind, key) {
             Ok(_) => Ok(Some(SessionLock {
                 table: self.clone(),
                 key,

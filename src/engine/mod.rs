@@ -16,6 +16,9 @@
 //! - [`read`]: events, surface, derive, verify and stats;
 //! - [`events`]: decoding a session batch by batch (collected or streamed);
 //! - [`tail`]: following a session as writers append to it;
+//! - [`journal`]: the store-wide journal of one handle (group commit of
+//!   durable appends across sessions), and [`replay`]: replaying the
+//!   journals of handles that are gone;
 //! - [`periodic`]: the background threads (group commit, archive uploads);
 //! - [`options`], [`error`].
 //!
@@ -35,6 +38,7 @@ pub(crate) mod handle;
 #[cfg(not(feature = "archive"))]
 #[path = "archive/off.rs"]
 pub(crate) mod hooks;
+pub(crate) mod journal;
 pub(crate) mod load;
 pub(crate) mod locks;
 pub(crate) mod options;
@@ -43,6 +47,7 @@ pub(crate) mod publish;
 pub(crate) mod read;
 pub(crate) mod registry;
 pub(crate) mod remote;
+pub(crate) mod replay;
 pub(crate) mod salvage;
 pub(crate) mod session;
 pub(crate) mod tail;

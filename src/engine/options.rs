@@ -38,6 +38,21 @@ pub struct Options {
     /// a segment grows by as much as it holds (at least 64 KiB) up to this,
     /// so small sessions zero-fill little. 0 disables preallocation.
     pub preallocate: u64,
+    /// Share syncs across sessions through a store-wide journal (issue 18;
+    /// default `false`). With [`Durability::Sync`], an append of a batch up
+    /// to a quarter of `journal_file_size` writes its record to the
+    /// session's segment unsynced and a copy to this handle's journal; one
+    /// `fdatasync` of the journal then acknowledges every batch waiting at
+    /// that moment, whatever its session, and the segments are synced in
+    /// the background. Durability on return is unchanged: a crash loses no
+    /// acknowledged batch (the session's next writer, or the next writable
+    /// open, writes the journal's copies back). Pays off with many sessions
+    /// appending at once; one session alone gains nothing. Ignored in the
+    /// other durability modes.
+    pub journal: bool,
+    /// The size of each journal file (default 32 MiB), zero-filled when
+    /// made so a journal sync writes data only.
+    pub journal_file_size: u64,
     /// Also enforce the strict invariants on append.
     pub strict: bool,
     /// Sessions a handle keeps loaded at once (default 512). Past it, the
@@ -67,6 +82,8 @@ impl Default for Options {
             max_record: segment::DEFAULT_MAX_RECORD,
             checkpoint_every: 65_536,
             preallocate: segment::DEFAULT_PREALLOCATE,
+            journal: false,
+            journal_file_size: 32 << 20,
             strict: false,
             max_open_sessions: 512,
             close_interrupted_turns: true,

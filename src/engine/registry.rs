@@ -212,6 +212,13 @@ impl Registry {
         self.vfs.sync_dir(parent).map_err(io_at(parent))
     }
 
+    /// The store's directory.
+    pub(crate) fn store_dir(&self) -> &Path {
+        self.sessions
+            .parent()
+            .expect("sessions/ is inside the store")
+    }
+
     /// Removes what a crash left in `.staging` (sessions never published,
     /// so never acknowledged) and `.trash` (sessions whose delete or
     /// replacement was already durable). An entry whose session lock

@@ -119,6 +119,9 @@ impl Store {
         }
         let loaded = entry.and_then(|e| {
             let e = e.ok_or_else(|| Error::NotFound(id.clone()))?;
+            // Acknowledged records a gone handle's journal holds go back
+            // into the segments before the load cuts a torn tail.
+            self.replay_journals_for(&e)?;
             self.load_session(e, true)
         });
         let (mut fresh, rec) = match loaded {
@@ -248,7 +251,13 @@ impl Store {
             .map_err(|e| segment_error(&id, &path, e))?;
         s.dirty = true;
         if opts.durability == Durability::Sync && !s.defer_sync {
-            s.sync_now()?;
+            match &self.inner.journal {
+                // A first batch is synced in its segment: publishing needs it.
+                Some(j) if !first_append => {
+                    self.journal_commit(j, s, &id, seg_first, loc.offset)?
+                }
+                _ => s.sync_now()?,
+            }
         }
         if first_append {
             // The session becomes visible only once its first batch is durable
@@ -327,6 +336,34 @@ impl Store {
             let _ = self.write_checkpoint(s, false);
         }
         Ok(())
+    }
+
+    /// Makes the record just written durable through the journal (shared
+    /// sync), or by syncing its segment when it is too large to journal. A
+    /// failure poisons the session, as a failed segment sync does.
+    fn journal_commit(
+        &self,
+        j: &super::journal::Journal,
+        s: &mut Session,
+        id: &str,
+        segment: u64,
+        offset: u64,
+    ) -> Result<()> {
+        let writer = s.writer.as_ref().expect("active segment");
+        let committed = match writer.last_frame() {
+            Some(record) if record.len() <= j.max_entry() => j.commit(&crate::journal::Entry {
+                uid: writer.ident().session_uid,
+                segment,
+                offset,
+                session: id,
+                record,
+            }),
+            _ => return s.sync_now(),
+        };
+        committed.map_err(|(path, source)| {
+            s.poisoned = true;
+            Error::Io { path, source }
+        })
     }
 
     pub(super) fn start_segment(&self, s: &mut Session, first_seq: u64) -> Result<()> {

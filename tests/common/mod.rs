@@ -108,7 +108,18 @@ pub enum Stop {
 /// delete, a close. Returns `Err` at the first failing call (after the
 /// checks the store promises about it), `Ok` when it completed.
 pub fn workload(dir: &Path, fs: &Arc<dyn Vfs>, model: &mut Model, retry: bool) -> Result<(), Stop> {
-    let store = Store::open_with_vfs(dir, options(), fs.clone()).map_err(Stop::Failed)?;
+    workload_with(dir, fs, model, retry, options())
+}
+
+/// [`workload`] with other store options (the journal, issue 18).
+pub fn workload_with(
+    dir: &Path,
+    fs: &Arc<dyn Vfs>,
+    model: &mut Model,
+    retry: bool,
+    opts: Options,
+) -> Result<(), Stop> {
+    let store = Store::open_with_vfs(dir, opts, fs.clone()).map_err(Stop::Failed)?;
     let log_a = turn_log(24, "a");
     let log_b = turn_log(6, "b");
     let batches_a = batches(&log_a, &[1, 2, 5, 3, 7, 4]);
@@ -335,6 +346,16 @@ pub fn append_after_reopen(store: &Store, id: &str, seq: u64, context: &str) -> 
         .append(id, std::slice::from_ref(&e))
         .unwrap_or_else(|err| panic!("{context}: append to {id} after reopen: {err}"));
     e
+}
+
+/// [`options`] with the store-wide journal on, in its smallest files.
+#[allow(dead_code)] // not every test binary uses it
+pub fn journal_options() -> Options {
+    Options {
+        journal: true,
+        journal_file_size: 64 << 10,
+        ..options()
+    }
 }
 
 pub fn options() -> Options {

@@ -426,6 +426,12 @@ impl SegmentWriter {
         Ok(())
     }
 
+    /// The frame bytes the last [`append`](Self::append) wrote (`None` when
+    /// it was too large to keep: over 1 MiB), for the store-wide journal.
+    pub fn last_frame(&self) -> Option<&[u8]> {
+        (!self.buf.is_empty()).then_some(&self.buf[..])
+    }
+
     /// Makes all appended records durable (`fdatasync`).
     ///
     /// After an error, do not retry and assume durability: the kernel may

@@ -1,0 +1,372 @@
+//! The store-wide journal of one handle: group commit of durable appends
+//! across sessions (issue 18; `format-spec.md` section 11).
+//!
+//! An append with [`Options::journal`](super::Options) writes its record to
+//! the session's segment (unsynced), then copies it into this journal and
+//! waits until a sync of the journal covers it. Whichever waiting appender
+//! finds no sync running becomes the leader: it syncs the journal once for
+//! every entry written so far, and wakes the others. So `n` appends of `n`
+//! sessions waiting together cost one `fdatasync`, not `n`.
+//!
+//! Journal files have a fixed size, zero-filled and synced when created (off
+//! the acknowledgement path: the background thread keeps a spare ready), so
+//! a sync writes data blocks only. When the current file is full the next
+//! one takes over and the full one is *retired*: the background thread
+//! syncs every dirty session, after which no retired entry is needed, and
+//! removes the retired files. Each file is named by a random number whose
+//! owner byte in `LOCK` this handle holds for the file's life: a file whose
+//! owner byte is free belongs to a handle that is gone (`replay.rs`).
+
+use super::locks::{LockTable, SessionLock};
+use crate::journal::{self, Entry, JournalHeader};
+use crate::vfs::{Vfs, VfsFile};
+use std::collections::HashSet;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// An I/O failure on a journal file.
+pub(super) type JournalIoError = (PathBuf, io::Error);
+
+/// One journal file this handle owns.
+struct JournalFile {
+    number: u64,
+    path: PathBuf,
+    file: Arc<dyn VfsFile>,
+    /// The owner byte, held for the file's life.
+    _owner: SessionLock,
+}
+
+struct State {
+    current: JournalFile,
+    /// Where the next entry goes in `current`.
+    end: u64,
+    /// Entries written (all files), and entries a sync covered.
+    written: u64,
+    synced: u64,
+    /// A leader is syncing.
+    syncing: bool,
+    /// A sync failed: the kernel may have dropped the pages, so no later
+    /// entry can be acknowledged (the sessions involved are poisoned).
+    failed: bool,
+    /// Full files whose sessions are not known synced yet.
+    retired: Vec<JournalFile>,
+    /// The next file, made ready in the background.
+    spare: Option<JournalFile>,
+    buf: Vec<u8>,
+}
+
+/// The journal of one store handle.
+pub(super) struct Journal {
+    dir: PathBuf,
+    vfs: Arc<dyn Vfs>,
+    locks: Arc<LockTable>,
+    store_id: [u8; 16],
+    file_size: u64,
+    /// The numbers of this handle's files, entered before a file is created
+    /// and left after it is removed: replay must never probe one of them
+    /// (a read lock through this handle's own descriptor would downgrade,
+    /// and its release drop, the owner lock).
+    owned: Mutex<HashSet<u64>>,
+    state: Mutex<State>,
+    synced: Condvar,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal").field("dir", &self.dir).finish()
+    }
+}
+
+impl Journal {
+    /// Opens a new journal for one handle of the store in `store_dir`:
+    /// creates `journal/` when needed and this handle's first file.
+    pub(super) fn open(
+        store_dir: &Path,
+        vfs: Arc<dyn Vfs>,
+        locks: Arc<LockTable>,
+        store_id: [u8; 16],
+        file_size: u64,
+    ) -> Result<Journal, JournalIoError> {
+        let dir = store_dir.join(journal::JOURNAL_DIR);
+        if !vfs.exists(&dir) {
+            match vfs.create_dir(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err((dir, e)),
+            }
+            // The directory's name must be durable before a file in it is.
+            vfs.sync_dir(store_dir)
+                .map_err(|e| (store_dir.to_owned(), e))?;
+        }
+        let size = file_size.max(1 << 16);
+        let owned = Mutex::new(HashSet::new());
+        let current = new_file(&dir, &*vfs, &locks, store_id, size, &owned)?;
+        Ok(Journal {
+            dir,
+            vfs,
+            locks,
+            store_id,
+            file_size: size,
+            owned,
+            state: Mutex::new(State {
+                current,
+                end: journal::HEADER_LEN as u64,
+                written: 0,
+                synced: 0,
+                syncing: false,
+                failed: false,
+                retired: Vec::new(),
+                spare: None,
+                buf: Vec::new(),
+            }),
+            synced: Condvar::new(),
+        })
+    }
+
+    /// The largest entry the journal takes; a larger record is synced in
+    /// its segment instead (a large batch gains nothing from sharing a
+    /// sync, and copying it twice would cost).
+    pub(super) fn max_entry(&self) -> usize {
+        (self.file_size as usize - journal::HEADER_LEN) / 4
+    }
+
+    /// Whether `number` is one of this handle's files.
+    pub(super) fn owns(&self, number: u64) -> bool {
+        self.owned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&number)
+    }
+
+    fn new_file(&self) -> Result<JournalFile, JournalIoError> {
+        new_file(
+            &self.dir,
+            &*self.vfs,
+            &self.locks,
+            self.store_id,
+            self.file_size,
+            &self.owned,
+        )
+    }
+
+    fn remove(&self, f: JournalFile) {
+        let _ = self.vfs.remove_file(&f.path);
+        let number = f.number;
+        drop(f); // the owner byte, after the file is gone
+        self.owned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&number);
+    }
+
+    /// Writes `entry` and returns once a sync of the journal covers it.
+    pub(super) fn commit(&self, entry: &Entry<'_>) -> Result<(), JournalIoError> {
+        let lsn = self.write(entry)?;
+        let mut st = self.state.lock().expect("journal lock");
+        loop {
+            if st.synced >= lsn {
+                return Ok(());
+            }
+            if st.failed {
+                return Err(self.failed_error(&st));
+            }
+            if !st.syncing {
+                break;
+            }
+            st = self.synced.wait(st).expect("journal lock");
+        }
+        // The leader: one sync for every entry written so far.
+        st.syncing = true;
+        let target = st.written;
+        let file = st.current.file.clone();
+        let path = st.current.path.clone();
+        drop(st);
+        let result = file.sync_data();
+        let mut st = self.state.lock().expect("journal lock");
+        st.syncing = false;
+        match &result {
+            Ok(()) => st.synced = st.synced.max(target),
+            Err(_) => st.failed = true,
+        }
+        self.synced.notify_all();
+        result.map_err(|e| (path, e))
+    }
+
+    fn failed_error(&self, st: &State) -> JournalIoError {
+        (
+            st.current.path.clone(),
+            io::Error::other("an earlier sync of this journal failed"),
+        )
+    }
+
+    /// Writes one entry; returns its number (1, 2, ...).
+    fn write(&self, entry: &Entry<'_>) -> Result<u64, JournalIoError> {
+        let mut st = self.state.lock().expect("journal lock");
+        if st.failed {
+            return Err(self.failed_error(&st));
+        }
+        let len = entry.framed_len() as u64;
+        if st.end + len > self.file_size {
+            self.switch(&mut st)?;
+        }
+        let mut buf = std::mem::take(&mut st.buf);
+        buf.clear();
+        entry.encode(&mut buf);
+        let at = st.end;
+        let written = st.current.file.write_all_at(&buf, at);
+        st.buf = buf;
+        if let Err(e) = written {
+            // What landed is unknown and nothing after it may be trusted:
+            // later entries would follow a torn one (which ends the scan).
+            st.failed = true;
+            return Err((st.current.path.clone(), e));
+        }
+        st.end += len;
+        st.written += 1;
+        Ok(st.written)
+    }
+
+    /// The current file is full: sync it (so every entry in it is durable
+    /// before the next file's entries are acknowledged), retire it, and go
+    /// on in the spare (or a new file).
+    fn switch(&self, st: &mut State) -> Result<(), JournalIoError> {
+        if let Err(e) = st.current.file.sync_data() {
+            st.failed = true;
+            return Err((st.current.path.clone(), e));
+        }
+        st.synced = st.written;
+        self.synced.notify_all();
+        let next = match st.spare.take() {
+            Some(f) => f,
+            None => self.new_file()?,
+        };
+        let full = std::mem::replace(&mut st.current, next);
+        st.retired.push(full);
+        st.end = journal::HEADER_LEN as u64;
+        Ok(())
+    }
+
+    /// The background step: makes a spare file ready, and when files were
+    /// retired, runs `sync_sessions` (which must sync every session this
+    /// handle wrote) and then removes them. Errors are kept for later: the
+    /// files stay, and are replayed by the sessions' next writers if this
+    /// handle never manages.
+    pub(super) fn maintain(&self, sync_sessions: impl FnOnce() -> bool) {
+        let need_spare = {
+            // Made once the current file is half full: an idle handle makes
+            // no file it does not need.
+            let st = self.state.lock().expect("journal lock");
+            st.spare.is_none() && st.end > self.file_size / 2
+        };
+        if need_spare && let Ok(f) = self.new_file() {
+            self.state.lock().expect("journal lock").spare = Some(f);
+        }
+        let retired = self.state.lock().expect("journal lock").retired.len();
+        if retired == 0 || !sync_sessions() {
+            return;
+        }
+        // Only the files retired before the sessions were synced.
+        let done: Vec<JournalFile> = {
+            let mut st = self.state.lock().expect("journal lock");
+            st.retired.drain(..retired).collect()
+        };
+        for f in done {
+            // Not synced: a removal a crash undoes leaves a file whose
+            // entries are all in their segments already (replay finds
+            // them there and writes nothing).
+            self.remove(f);
+        }
+    }
+
+    /// At close, after every session was synced and released: removes
+    /// every file of this handle. With `all_synced` false (a session could
+    /// not be synced) the files stay for the sessions' next writers.
+    pub(super) fn close(&self, all_synced: bool) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !all_synced || st.failed {
+            return;
+        }
+        let mut files: Vec<JournalFile> = st.retired.drain(..).collect();
+        files.extend(st.spare.take());
+        drop(st);
+        for f in files {
+            self.remove(f);
+        }
+        // The current file goes with the handle (its owner byte too).
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self.vfs.remove_file(&st.current.path);
+    }
+}
+
+/// A number for a new journal file: random enough that two handles never
+/// pick one (and if they did, the owner lock would refuse the second).
+fn new_number() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut h = crc32fast::Hasher::new();
+    h.update(&nanos.to_le_bytes());
+    h.update(&std::process::id().to_le_bytes());
+    h.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    let hi = u64::from(h.finalize());
+    (hi << 28 ^ nanos as u64) & ((1 << 60) - 1)
+}
+
+/// Creates, zero-fills and syncs a new journal file with its owner lock
+/// held, and syncs the directory: its name must be durable before any
+/// entry in it is acknowledged.
+fn new_file(
+    dir: &Path,
+    vfs: &dyn Vfs,
+    locks: &Arc<LockTable>,
+    store_id: [u8; 16],
+    size: u64,
+    owned: &Mutex<HashSet<u64>>,
+) -> Result<JournalFile, JournalIoError> {
+    let (number, owner) = loop {
+        let n = new_number();
+        if !owned.lock().expect("journal lock").insert(n) {
+            continue;
+        }
+        let lock = locks
+            .try_lock_journal_owner(n)
+            .map_err(|e| (locks.path().to_owned(), e));
+        match lock {
+            Ok(Some(lock)) if !vfs.exists(&dir.join(journal::file_name(n))) => break (n, lock),
+            other => {
+                owned.lock().expect("journal lock").remove(&n);
+                other?;
+            }
+        }
+    };
+    let path = dir.join(journal::file_name(number));
+    let file: Arc<dyn VfsFile> = Arc::from(vfs.create_new(&path).map_err(|e| (path.clone(), e))?);
+    let made = (|| -> io::Result<()> {
+        let header = JournalHeader { number, store_id }.encode();
+        file.write_all_at(&header, 0)?;
+        let zeros = vec![0u8; 1 << 20];
+        let mut at = header.len() as u64;
+        while at < size {
+            let n = (size - at).min(zeros.len() as u64) as usize;
+            file.write_all_at(&zeros[..n], at)?;
+            at += n as u64;
+        }
+        file.sync_all()?;
+        vfs.sync_dir(dir)
+    })();
+    if let Err(e) = made {
+        let _ = vfs.remove_file(&path);
+        drop(owner);
+        owned.lock().expect("journal lock").remove(&number);
+        return Err((path, e));
+    }
+    Ok(JournalFile {
+        number,
+        path,
+        file,
+        _owner: owner,
+    })
+}

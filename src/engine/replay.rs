@@ -1,0 +1,285 @@
+//! Replaying the journals of handles that are gone (issue 18;
+//! `format-spec.md` section 11).
+//!
+//! A journaled append is acknowledged once its journal entry is synced; its
+//! segment is synced later. If the handle dies in between (a crash, a power
+//! loss), the segment may lack records the journal holds. The journal file's
+//! owner byte in `LOCK` is then free, and:
+//!
+//! - whoever takes a session for writing first replays that session's
+//!   entries from every orphaned journal, before the torn-tail cut of the
+//!   load (so nothing acknowledged is cut); the session's writer lock makes
+//!   it the only writer of those segments;
+//! - a writable open replays every orphaned journal whole, for the sessions
+//!   it can lock, and removes the file once every session in it is done.
+//!
+//! Replay writes an entry's record at its offset unless the segment holds
+//! it already; a different complete record there is corruption, reported
+//! and left alone. It is idempotent: a file replayed twice writes nothing
+//! the second time.
+
+use super::error::{Error, Result};
+use super::handle::Store;
+use super::locks::SessionLock;
+use super::registry::SessionEntry;
+use crate::journal::{self, Entry};
+use crate::segment;
+use crate::vfs::VfsFile;
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// An orphaned journal file, read whole under its replay lock.
+struct Orphan {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    _probe: SessionLock,
+    _replay: SessionLock,
+}
+
+impl Store {
+    fn journal_dir(&self) -> PathBuf {
+        self.inner.registry.store_dir().join(journal::JOURNAL_DIR)
+    }
+
+    /// The journal files in the store, by number (none without the
+    /// directory).
+    fn journal_files(&self) -> Result<Vec<(u64, PathBuf)>> {
+        let dir = self.journal_dir();
+        let names = match self.inner.vfs.read_dir(&dir) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(Error::Io { path: dir, source }),
+        };
+        Ok(names
+            .iter()
+            .filter_map(|n| journal::parse_file_name(n.to_str()?).map(|k| (k, dir.join(n))))
+            .filter(|(k, _)| !self.inner.journal.as_ref().is_some_and(|j| j.owns(*k)))
+            .collect())
+    }
+
+    /// Opens journal `number` if its owner is gone, holding its replay lock
+    /// (`exclusive`: to remove it; otherwise shared, waiting for a remover).
+    /// `None` when its owner lives (its entries of any session this handle
+    /// can lock were synced before the owner let the session go), when a
+    /// remover holds it (`exclusive` only), or when it is gone.
+    fn open_orphan(&self, number: u64, path: &Path, exclusive: bool) -> Result<Option<Orphan>> {
+        let Some(locks) = &self.inner.locks else {
+            return Ok(None);
+        };
+        let lock_err = |source| Error::Io {
+            path: locks.path().to_owned(),
+            source,
+        };
+        // Opened before the locks: a file removed after this still reads
+        // whole through the descriptor.
+        let file = match self.inner.vfs.open(path, false) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(Error::Io {
+                    path: path.to_owned(),
+                    source,
+                });
+            }
+        };
+        let Some(probe) = locks.try_probe_journal_owner(number).map_err(lock_err)? else {
+            return Ok(None);
+        };
+        let Some(replay) = locks
+            .lock_journal_replay(number, exclusive)
+            .map_err(lock_err)?
+        else {
+            return Ok(None);
+        };
+        let bytes = read_all(&*file).map_err(|source| Error::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(Some(Orphan {
+            path: path.to_owned(),
+            bytes,
+            _probe: probe,
+            _replay: replay,
+        }))
+    }
+
+    /// Before session `e` is loaded by its new writer (its lock held):
+    /// writes into its segments every record orphaned journals hold for it.
+    /// Returns how many records were written.
+    pub(super) fn replay_journals_for(&self, e: &SessionEntry) -> Result<u64> {
+        let mut written = 0;
+        for (number, path) in self.journal_files()? {
+            let Some(orphan) = self.open_orphan(number, &path, false)? else {
+                continue;
+            };
+            let Some(scanned) = self.scan_orphan(&orphan)? else {
+                continue;
+            };
+            let mine: Vec<&Entry<'_>> = scanned
+                .iter()
+                .filter(|en| en.session == e.header.id)
+                .collect();
+            written += self.replay_entries(&e.header.id, &e.dir, &mine)?;
+        }
+        Ok(written)
+    }
+
+    /// At a writable open: replays every orphaned journal for the sessions
+    /// this handle can lock, and removes each file whose sessions were all
+    /// done. A file with a session another handle writes stays (that
+    /// writer replayed it when it took the session; the file goes at a
+    /// later open).
+    pub(super) fn adopt_orphaned_journals(&self) -> Result<()> {
+        let Some(locks) = self.inner.locks.clone() else {
+            return Ok(());
+        };
+        for (number, path) in self.journal_files()? {
+            let Some(orphan) = self.open_orphan(number, &path, true)? else {
+                continue;
+            };
+            let Some(entries) = self.scan_orphan(&orphan)? else {
+                // Never used (its header incomplete, nothing after it).
+                let _ = self.inner.vfs.remove_file(&orphan.path);
+                continue;
+            };
+            let mut by_session: BTreeMap<&str, Vec<&Entry<'_>>> = BTreeMap::new();
+            for en in &entries {
+                by_session.entry(en.session).or_default().push(en);
+            }
+            let mut complete = true;
+            for (id, list) in by_session {
+                let Some(_held) = locks.try_lock(id).map_err(|source| Error::Io {
+                    path: locks.path().to_owned(),
+                    source,
+                })?
+                else {
+                    complete = false;
+                    continue;
+                };
+                if let Some(entry) = self.entry(id)? {
+                    self.replay_entries(id, &entry.dir, &list)?;
+                }
+            }
+            if complete {
+                self.inner
+                    .vfs
+                    .remove_file(&orphan.path)
+                    .map_err(|source| Error::Io {
+                        path: orphan.path.clone(),
+                        source,
+                    })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The entries of an orphaned journal of this store; `None` for a file
+    /// that was never used (a header a crash cut, zeros after it). Damage
+    /// is refused: its entries may be the only copy of acknowledged batches.
+    fn scan_orphan<'a>(&self, o: &'a Orphan) -> Result<Option<Vec<Entry<'a>>>> {
+        let corrupt = |offset, reason: String| Error::Corrupt {
+            session: String::new(),
+            segment: o.path.clone(),
+            offset,
+            reason: format!("journal: {reason}"),
+        };
+        let scanned = match journal::scan(&o.bytes) {
+            Ok(s) => s,
+            Err(journal::JournalError::BadHeader(_))
+                if o.bytes
+                    .get(journal::HEADER_LEN..)
+                    .is_none_or(|rest| rest.iter().all(|&b| b == 0)) =>
+            {
+                return Ok(None);
+            }
+            Err(journal::JournalError::BadEntry { offset, reason }) => {
+                return Err(corrupt(offset, reason));
+            }
+            Err(e) => return Err(corrupt(0, e.to_string())),
+        };
+        if scanned.header.store_id != self.inner.store_id {
+            return Err(corrupt(
+                16,
+                "the journal belongs to another store".to_string(),
+            ));
+        }
+        Ok(Some(scanned.entries))
+    }
+
+    /// Writes each entry's record into its segment of session `id` (in
+    /// `dir`) unless it is there, then syncs each segment written.
+    fn replay_entries(&self, id: &str, dir: &Path, entries: &[&Entry<'_>]) -> Result<u64> {
+        let vfs = &*self.inner.vfs;
+        let mut by_segment: BTreeMap<u64, Vec<&Entry<'_>>> = BTreeMap::new();
+        for en in entries {
+            by_segment.entry(en.segment).or_default().push(en);
+        }
+        let mut written = 0;
+        for (first_seq, list) in by_segment {
+            let path = dir.join(segment::segment_file_name(first_seq));
+            let io_err = |source| Error::Io {
+                path: path.clone(),
+                source,
+            };
+            let file = match vfs.open(&path, true) {
+                Ok(f) => f,
+                // Removed since (an archived segment evicted, a session
+                // replaced): its records were durable before that.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_err(e)),
+            };
+            let mut bytes = read_all(&*file).map_err(io_err)?;
+            let Ok(ident) = segment::read_header(&bytes) else {
+                // A segment whose header a crash cut holds no record.
+                continue;
+            };
+            let mut dirty = false;
+            for en in list {
+                if ident.store_id != self.inner.store_id || ident.session_uid != en.uid {
+                    continue; // a stale entry of a session since replaced
+                }
+                let at = en.offset as usize;
+                let end = at + en.record.len();
+                if bytes.get(at..end) == Some(en.record) {
+                    continue;
+                }
+                if segment::record_at(&bytes, &ident, en.offset).is_some() {
+                    return Err(Error::Corrupt {
+                        session: id.to_owned(),
+                        segment: path.clone(),
+                        offset: en.offset,
+                        reason: "another record lies where the journal puts an acknowledged one"
+                            .into(),
+                    });
+                }
+                if bytes.len() < end {
+                    bytes.resize(end, 0);
+                }
+                bytes[at..end].copy_from_slice(en.record);
+                if segment::record_at(&bytes, &ident, en.offset).is_none() {
+                    return Err(Error::Corrupt {
+                        session: id.to_owned(),
+                        segment: path.clone(),
+                        offset: en.offset,
+                        reason: "a journaled record does not belong to this segment".into(),
+                    });
+                }
+                file.write_all_at(en.record, en.offset).map_err(io_err)?;
+                dirty = true;
+                written += 1;
+            }
+            if dirty {
+                file.sync_data().map_err(io_err)?;
+            }
+        }
+        Ok(written)
+    }
+}
+
+fn read_all(file: &dyn VfsFile) -> io::Result<Vec<u8>> {
+    let len = file.len()?;
+    let mut bytes = vec![0u8; len as usize];
+    file.read_exact_at(&mut bytes, 0)?;
+    Ok(bytes)
+}

@@ -1,0 +1,289 @@
+//! The store-wide journal: the bytes of one journal file (issue 18).
+//!
+//! With `Options::journal`, a durable append of a small batch is made
+//! durable by one `fdatasync` shared by every batch (of any session) that
+//! waits at that moment: the batch's record is written to its segment
+//! unsynced, then copied into the handle's journal file, and the journal is
+//! synced for the whole group. The segments are synced later, in the
+//! background, before the journal file is removed. Section 11 of
+//! `format-spec.md` gives the protocol; this module only knows the bytes.
+//!
+//! A journal file `<store>/journal/<number as 16 hex digits>.wal` has a
+//! fixed size, zero-filled when it is created, so appending to it never
+//! changes its length (an `fdatasync` then writes data only):
+//!
+//! | offset | size | field |
+//! | --- | --- | --- |
+//! | 0 | 8 | magic `SLOGJRNL` |
+//! | 8 | 4 | version, u32 = 1 |
+//! | 12 | 4 | reserved, 0 |
+//! | 16 | 8 | the file's number (as in its name) |
+//! | 24 | 16 | store id (as in `MANIFEST`) |
+//! | 40 | 4 | CRC-32 of bytes 0..40 |
+//! | 44 | 4 | zero |
+//! | 48 | ... | entries, then zeros |
+//!
+//! An entry is `len u32 | crc u32 | payload[len]`, `crc` the CRC-32 of the
+//! four length bytes then the payload; the payload is
+//! `session uid [16] | segment first seq u64 | offset u64 | id length u16 |
+//! id (UTF-8) | record`, where `record` is the whole record frame exactly as
+//! written at `offset` of that segment. A zero length, a length past the
+//! file's end or a bad CRC ends the entries (an unsynced, torn tail).
+
+use crate::format::bytes::{le_u16, le_u32, le_u64};
+
+/// The journal directory's name in a store.
+pub const JOURNAL_DIR: &str = "journal";
+/// Bytes before the first entry.
+pub const HEADER_LEN: usize = 48;
+/// Bytes of an entry besides its id and record.
+pub const ENTRY_OVERHEAD: usize = 8 + 16 + 8 + 8 + 2;
+const MAGIC: [u8; 8] = *b"SLOGJRNL";
+const VERSION: u32 = 1;
+
+/// Errors reading a journal file.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JournalError {
+    /// The header is not a journal header of this version.
+    #[error("bad journal header: {0}")]
+    BadHeader(String),
+    /// An entry whose checksum holds but whose contents do not parse.
+    #[error("bad journal entry at offset {offset}: {reason}")]
+    BadEntry {
+        /// Where the entry starts.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The header of a journal file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalHeader {
+    /// The file's number.
+    pub number: u64,
+    /// The store it belongs to.
+    pub store_id: [u8; 16],
+}
+
+impl JournalHeader {
+    /// The header's bytes.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[16..24].copy_from_slice(&self.number.to_le_bytes());
+        b[24..40].copy_from_slice(&self.store_id);
+        let crc = crc32fast::hash(&b[0..40]);
+        b[40..44].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Reads a header.
+    pub fn decode(b: &[u8]) -> Result<JournalHeader, JournalError> {
+        if b.len() < HEADER_LEN {
+            return Err(JournalError::BadHeader(format!(
+                "{} bytes, a header has {HEADER_LEN}",
+                b.len()
+            )));
+        }
+        if b[0..8] != MAGIC {
+            return Err(JournalError::BadHeader("no journal magic".into()));
+        }
+        if crc32fast::hash(&b[0..40]) != le_u32(b, 40) {
+            return Err(JournalError::BadHeader("header checksum mismatch".into()));
+        }
+        let version = le_u32(b, 8);
+        if version != VERSION {
+            return Err(JournalError::BadHeader(format!(
+                "journal version {version}; this build reads version {VERSION}"
+            )));
+        }
+        Ok(JournalHeader {
+            number: le_u64(b, 16),
+            store_id: b[24..40].try_into().expect("16 bytes"),
+        })
+    }
+}
+
+/// One journaled record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// The uid the segment was created with (its identity).
+    pub uid: [u8; 16],
+    /// The segment's first seq (its name).
+    pub segment: u64,
+    /// Where the record frame starts in the segment.
+    pub offset: u64,
+    /// The session id.
+    pub session: &'a str,
+    /// The record frame, as written to the segment.
+    pub record: &'a [u8],
+}
+
+impl Entry<'_> {
+    /// Bytes the framed entry takes in the file.
+    pub fn framed_len(&self) -> usize {
+        ENTRY_OVERHEAD + self.session.len() + self.record.len()
+    }
+
+    /// Appends the framed entry to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        let len = (self.framed_len() - 8) as u32;
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(&self.uid);
+        out.extend_from_slice(&self.segment.to_le_bytes());
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&(self.session.len() as u16).to_le_bytes());
+        out.extend_from_slice(self.session.as_bytes());
+        out.extend_from_slice(self.record);
+        let mut h = crc32fast::Hasher::new();
+        h.update(&out[start..start + 4]);
+        h.update(&out[start + 8..]);
+        out[start + 4..start + 8].copy_from_slice(&h.finalize().to_le_bytes());
+    }
+}
+
+/// What a journal file holds.
+#[derive(Debug)]
+pub struct Scanned<'a> {
+    /// Its header.
+    pub header: JournalHeader,
+    /// Its entries, in the order they were written.
+    pub entries: Vec<Entry<'a>>,
+}
+
+/// Reads a whole journal file. The entries end at the first one that is
+/// zero, torn or fails its CRC: entries are only acknowledged after a sync
+/// that covered every earlier entry, so nothing acknowledged lies past it.
+pub fn scan(b: &[u8]) -> Result<Scanned<'_>, JournalError> {
+    let header = JournalHeader::decode(b)?;
+    let mut entries = Vec::new();
+    let mut at = HEADER_LEN;
+    while at + 8 <= b.len() {
+        let len = le_u32(b, at) as usize;
+        if len == 0 || len > b.len() - at - 8 {
+            break;
+        }
+        let payload = &b[at + 8..at + 8 + len];
+        let mut h = crc32fast::Hasher::new();
+        h.update(&b[at..at + 4]);
+        h.update(payload);
+        if h.finalize() != le_u32(b, at + 4) {
+            break;
+        }
+        entries.push(parse_entry(payload).map_err(|reason| JournalError::BadEntry {
+            offset: at as u64,
+            reason,
+        })?);
+        at += 8 + len;
+    }
+    Ok(Scanned { header, entries })
+}
+
+fn parse_entry(p: &[u8]) -> Result<Entry<'_>, String> {
+    let fixed = ENTRY_OVERHEAD - 8;
+    if p.len() < fixed {
+        return Err(format!("{} bytes, an entry has at least {fixed}", p.len()));
+    }
+    let id_len = usize::from(le_u16(p, 32));
+    let record = p
+        .get(fixed + id_len..)
+        .filter(|r| !r.is_empty())
+        .ok_or("the id runs past the entry, or no record follows")?;
+    let session = std::str::from_utf8(&p[fixed..fixed + id_len])
+        .map_err(|_| "the session id is not UTF-8".to_string())?;
+    Ok(Entry {
+        uid: p[0..16].try_into().expect("16 bytes"),
+        segment: le_u64(p, 16),
+        offset: le_u64(p, 24),
+        session,
+        record,
+    })
+}
+
+/// The file name of journal `number`.
+pub fn file_name(number: u64) -> String {
+    format!("{number:016x}.wal")
+}
+
+/// The number in a journal file's name.
+pub fn parse_file_name(name: &str) -> Option<u64> {
+    let hex = name.strip_suffix(".wal")?;
+    (hex.len() == 16)
+        .then(|| u64::from_str_radix(hex, 16).ok())
+        .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(entries: &[Entry<'_>]) -> Vec<u8> {
+        let h = JournalHeader {
+            number: 7,
+            store_id: [3; 16],
+        };
+        let mut b = h.encode().to_vec();
+        for e in entries {
+            e.encode(&mut b);
+        }
+        b.resize(b.len() + 100, 0);
+        b
+    }
+
+    fn entry<'a>(id: &'a str, record: &'a [u8], offset: u64) -> Entry<'a> {
+        Entry {
+            uid: [9; 16],
+            segment: 1,
+            offset,
+            session: id,
+            record,
+        }
+    }
+
+    #[test]
+    fn round_trip_and_pinned_header() {
+        let es = [entry("a", b"rec-one", 64), entry("bb", b"r2", 80)];
+        let b = file(&es);
+        let s = scan(&b).unwrap();
+        assert_eq!(s.header.number, 7);
+        assert_eq!(s.entries, es);
+        assert_eq!(&b[0..12], b"SLOGJRNL\x01\0\0\0");
+        assert_eq!(file_name(0xab), "00000000000000ab.wal");
+        assert_eq!(parse_file_name("00000000000000ab.wal"), Some(0xab));
+        assert_eq!(parse_file_name("ab.wal"), None);
+    }
+
+    #[test]
+    fn a_torn_or_flipped_entry_ends_the_journal() {
+        let es = [entry("a", b"rec-one", 64), entry("b", b"rec-two", 80)];
+        let good = file(&es);
+        let second = HEADER_LEN + es[0].framed_len();
+        for at in second..second + es[1].framed_len() {
+            let mut b = good.clone();
+            b[at] ^= 0x40;
+            let s = scan(&b).unwrap();
+            assert_eq!(s.entries, es[..1], "flip at {at}");
+        }
+        let mut cut = good.clone();
+        cut.truncate(second + 5);
+        assert_eq!(scan(&cut).unwrap().entries, es[..1]);
+    }
+
+    #[test]
+    fn a_damaged_header_is_refused() {
+        let good = file(&[entry("a", b"x", 64)]);
+        for at in 0..44 {
+            let mut b = good.clone();
+            b[at] ^= 1;
+            assert!(
+                matches!(scan(&b), Err(JournalError::BadHeader(_))),
+                "flip at {at}"
+            );
+        }
+    }
+}

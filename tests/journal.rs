@@ -1,0 +1,253 @@
+//! The store-wide journal (issue 18): group commit across sessions, the
+//! background retirement of full journal files, and replay after the
+//! journal's owner is gone.
+//!
+//! A killed process loses nothing from the page cache, so a SIGKILL alone
+//! never needs the journal. These tests kill a child that appends through
+//! the journal, then zero every segment byte that was never synced in the
+//! segment itself (everything after each session's first batch, which is
+//! synced in place to publish it): what a power loss may do to segment
+//! writes whose durability rests on the journal. Reopening must write back
+//! every acknowledged batch from the journal. `tests/crash_points.rs` also
+//! enumerates every crash point of a workload with the journal on.
+
+mod common;
+
+use common::{fast_tempdir, turn_log};
+use sessionlog::event::OwnedEvent;
+use sessionlog::header::SessionHeader;
+use sessionlog::store::{Options, Store};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CHILD_ENV: &str = "SESSIONLOG_JOURNAL_CHILD";
+const CHILD_TEST: &str = "journal_child_appends_until_killed";
+const SESSIONS: usize = 8;
+
+fn options() -> Options {
+    Options {
+        journal: true,
+        ..Options::default()
+    }
+}
+
+/// The log of session `i`, cut into whole turns (so no closers are due at
+/// any batch boundary).
+fn plan(i: usize) -> (String, Vec<Vec<OwnedEvent>>) {
+    let log = turn_log(400, &format!("s{i}"));
+    let mut batches = vec![Vec::new()];
+    for e in log {
+        let end = e.kind == "turn/end";
+        batches.last_mut().unwrap().push(e);
+        if end {
+            batches.push(Vec::new());
+        }
+    }
+    batches.pop();
+    (format!("s{i}"), batches)
+}
+
+fn journal_files(dir: &Path) -> Vec<String> {
+    match std::fs::read_dir(dir.join("journal")) {
+        Ok(rd) => rd
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Thread t of 4 creates sessions t, t + 4, .. and appends their batches
+/// in turn, calling `ack(id, batches acknowledged)` after each append and
+/// pausing `pause` after each round.
+fn append_from_4_threads(store: &Store, ack: impl Fn(&str, usize) + Sync, pause: Duration) {
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let (store, ack) = (store.clone(), &ack);
+            scope.spawn(move || {
+                let plans: Vec<_> = (t..SESSIONS).step_by(4).map(plan).collect();
+                for (id, _) in &plans {
+                    store.create(SessionHeader::new(id, 0)).unwrap();
+                }
+                for b in 0..plans[0].1.len() {
+                    for (id, batches) in &plans {
+                        store.append(id, &batches[b]).expect("append");
+                        ack(id, b + 1);
+                    }
+                    std::thread::sleep(pause);
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn many_threads_share_the_journal_and_full_files_are_retired() {
+    let dir = fast_tempdir();
+    let opts = Options {
+        journal_file_size: 64 << 10, // many rotations
+        ..options()
+    };
+    let store = Store::open(dir.path(), opts).unwrap();
+    let first = journal_files(dir.path());
+    assert_eq!(first.len(), 1, "the handle's first journal file");
+    append_from_4_threads(&store, |_, _| {}, Duration::ZERO);
+    // 8 sessions x ~60 KiB went through 64 KiB files: the first file
+    // filled up, was retired and, once the background thread synced
+    // every session, removed; so were the others but the current one and
+    // its spare.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut files = journal_files(dir.path());
+    while (files.len() > 2 || files.contains(&first[0])) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        files = journal_files(dir.path());
+    }
+    assert!(!files.contains(&first[0]), "the first file was retired");
+    assert!(files.len() <= 2, "retired files are removed: {files:?}");
+    store.close().unwrap();
+    assert_eq!(journal_files(dir.path()), Vec::<String>::new());
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    for i in 0..SESSIONS {
+        let (id, batches) = plan(i);
+        let want: Vec<OwnedEvent> = batches.concat();
+        assert_eq!(store.read_from(&id, 0).unwrap(), want, "{id}");
+    }
+}
+
+/// The child: appends every session's turns from 4 threads through the
+/// journal, printing `ACK <id> <batches>` after each acknowledged append,
+/// until killed.
+#[test]
+fn journal_child_appends_until_killed() {
+    let Some(dir) = std::env::var_os(CHILD_ENV) else {
+        return; // not the child
+    };
+    let store = Store::open(PathBuf::from(dir), options()).expect("child: open");
+    let started = Instant::now();
+    let ack = |id: &str, n: usize| {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "ACK {id} {n}").unwrap();
+        out.flush().unwrap();
+    };
+    append_from_4_threads(&store, ack, Duration::from_millis(2));
+    while started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs the child until about half its batches are acknowledged, kills it
+/// (SIGKILL) and returns the acknowledged batch count per session.
+fn run_and_kill(dir: &Path) -> BTreeMap<String, usize> {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut acked = BTreeMap::new();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut n = 0;
+    while let Some(Ok(line)) = lines.next() {
+        let mut p = line.split_whitespace();
+        if let (Some("ACK"), Some(id), Some(b)) = (p.next(), p.next(), p.next()) {
+            acked.insert(id.to_owned(), b.parse::<usize>().unwrap());
+            n += 1;
+            if n == SESSIONS * 150 {
+                break;
+            }
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Acks printed after the last line read are acknowledged too, but
+    // checking fewer is still a check.
+    acked
+}
+
+/// Zeroes every record of `id`'s segment after the first one: segment
+/// writes that only the journal made durable, as a power loss may drop
+/// them.
+fn lose_unsynced_segment_writes(store_dir: &Path, id: &str) {
+    let dir = Store::session_dir_in(store_dir, id).unwrap();
+    let seg = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "seg"))
+        .unwrap_or_else(|| panic!("a segment in {}", dir.display()));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let first_len = u32::from_le_bytes(bytes[64..68].try_into().unwrap()) as usize;
+    let first_end = 64 + 12 + first_len;
+    assert!(bytes.len() > first_end, "{id} has more than one record");
+    bytes[first_end..].fill(0);
+    std::fs::write(&seg, bytes).unwrap();
+}
+
+fn check_acked(store: &Store, acked: &BTreeMap<String, usize>, context: &str) {
+    for (id, &n) in acked {
+        let (_, batches) = plan(id[1..].parse().unwrap());
+        let want: Vec<OwnedEvent> = batches[..n].concat();
+        let got = store.read_from(id, 0).unwrap();
+        assert!(
+            got.len() >= want.len() && got[..want.len()] == want[..],
+            "{context}: {id} lost acknowledged batches: {} events, {} acknowledged",
+            got.len(),
+            want.len()
+        );
+    }
+}
+
+#[test]
+fn a_killed_writer_s_journal_brings_back_lost_segment_writes() {
+    let dir = fast_tempdir();
+    let store_dir = dir.path().join("store");
+    Store::open(&store_dir, options()).unwrap().close().unwrap();
+    // A handle opened while the child lives: it finds no orphan at open,
+    // so it replays when it takes a session for writing.
+    let early = Store::open(&store_dir, Options::default()).unwrap();
+    let acked = run_and_kill(&store_dir);
+    assert_eq!(acked.len(), SESSIONS, "every session acknowledged batches");
+    assert_eq!(journal_files(&store_dir).len(), 1, "the child's journal");
+    for id in acked.keys() {
+        lose_unsynced_segment_writes(&store_dir, id);
+    }
+    // Taking s0 for writing replays its entries only.
+    let next = acked["s0"];
+    let (_, batches) = plan(0);
+    early.append("s0", &batches[next]).unwrap();
+    check_acked(&early, &BTreeMap::from([("s0".to_owned(), next + 1)]), "s0");
+    early.close().unwrap();
+    assert_eq!(journal_files(&store_dir).len(), 1, "still needed by others");
+    // A writable open replays the rest and removes the file.
+    let store = Store::open(&store_dir, Options::default()).unwrap();
+    assert_eq!(journal_files(&store_dir), Vec::<String>::new());
+    check_acked(&store, &acked, "after the writable open");
+    for id in acked.keys() {
+        store.verify(id).unwrap();
+    }
+}
+
+#[test]
+fn a_live_handle_s_journal_is_left_alone() {
+    let dir = fast_tempdir();
+    let a = Store::open(dir.path(), options()).unwrap();
+    let (id, batches) = plan(0);
+    a.create(SessionHeader::new(&id, 0)).unwrap();
+    a.append(&id, &batches[0]).unwrap();
+    a.append(&id, &batches[1]).unwrap();
+    let files = journal_files(dir.path());
+    assert_eq!(files.len(), 1);
+    // Another writable handle: the journal's owner lives, so the file stays.
+    let b = Store::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(journal_files(dir.path()), files);
+    let (other, more) = plan(1);
+    b.create(SessionHeader::new(&other, 0)).unwrap();
+    b.append(&other, &more[0]).unwrap();
+    a.append(&id, &batches[2]).unwrap();
+    assert_eq!(b.read_from(&id, 0).unwrap(), batches[..3].concat());
+    drop(b);
+    a.close().unwrap();
+    assert_eq!(journal_files(dir.path()), Vec::<String>::new());
+}
