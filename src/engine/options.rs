@@ -47,8 +47,10 @@ pub struct Options {
     /// the background. Durability on return is unchanged: a crash loses no
     /// acknowledged batch (the session's next writer, or the next writable
     /// open, writes the journal's copies back). Pays off with many sessions
-    /// appending at once; one session alone gains nothing. Ignored in the
-    /// other durability modes.
+    /// appending at once; one session alone gains nothing, and opening a
+    /// writable handle writes and syncs its first journal file
+    /// (`journal_file_size` of zeros). Ignored in the other durability
+    /// modes.
     pub journal: bool,
     /// The size of each journal file (default 32 MiB), zero-filled when
     /// made so a journal sync writes data only.
