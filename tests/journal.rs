@@ -213,9 +213,16 @@ fn a_killed_writer_s_journal_brings_back_lost_segment_writes() {
     for id in acked.keys() {
         lose_unsynced_segment_writes(&store_dir, id);
     }
-    // Taking s0 for writing replays its entries only.
-    let next = acked["s0"];
+    // Taking s0 for writing replays its entries only. (The child may have
+    // acknowledged more than the parent read before the kill: the next
+    // batch is found from the replayed log.)
+    assert_eq!(early.repair("s0").unwrap(), Vec::<OwnedEvent>::new());
+    let have = early.read_from("s0", 0).unwrap().len();
     let (_, batches) = plan(0);
+    let next = (0..=batches.len())
+        .find(|&n| batches[..n].iter().map(Vec::len).sum::<usize>() == have)
+        .expect("s0 holds whole batches");
+    assert!(next >= acked["s0"], "s0 lost acknowledged batches");
     early.append("s0", &batches[next]).unwrap();
     check_acked(&early, &BTreeMap::from([("s0".to_owned(), next + 1)]), "s0");
     early.close().unwrap();
@@ -250,4 +257,55 @@ fn a_live_handle_s_journal_is_left_alone() {
     drop(b);
     a.close().unwrap();
     assert_eq!(journal_files(dir.path()), Vec::<String>::new());
+}
+
+/// A copy of a live journal under another number has no owner: an orphan.
+fn orphan_copy(store_dir: &Path, number: &str) -> PathBuf {
+    let files = journal_files(store_dir);
+    let live = store_dir.join("journal").join(&files[0]);
+    let copy = store_dir.join("journal").join(format!("{number}.wal"));
+    std::fs::copy(live, &copy).unwrap();
+    copy
+}
+
+#[test]
+fn a_replayed_journal_writes_nothing_twice_and_damage_is_refused_per_session() {
+    let dir = fast_tempdir();
+    let a = Store::open(dir.path(), options()).unwrap();
+    let (id, batches) = plan(0);
+    a.create(SessionHeader::new(&id, 0)).unwrap();
+    for b in &batches[..4] {
+        a.append(&id, b).unwrap();
+    }
+    let intact = orphan_copy(dir.path(), "0000000000000abc");
+    let damaged = orphan_copy(dir.path(), "0000000000000abd");
+    let mut bytes = std::fs::read(&damaged).unwrap();
+    bytes[30] ^= 0xff; // the store id, under the header's CRC
+    std::fs::write(&damaged, bytes).unwrap();
+    a.close().unwrap();
+    let seg = Store::session_dir_in(dir.path(), &id).unwrap();
+    let before = std::fs::read_dir(&seg).unwrap().count();
+    // The open replays the intact copy (every record is in its segment
+    // already: nothing is written) and removes it; the damaged one stays
+    // and does not fail the open.
+    let b = Store::open(dir.path(), Options::default()).unwrap();
+    assert!(!intact.exists(), "the intact orphan was removed");
+    assert!(damaged.exists(), "the damaged one is kept");
+    assert_eq!(b.read_from(&id, 0).unwrap(), batches[..4].concat());
+    assert_eq!(std::fs::read_dir(&seg).unwrap().count(), before);
+    // Taking the session for writing refuses the damaged journal, naming
+    // the session and the file.
+    match b.append(&id, &batches[4]) {
+        Err(sessionlog::store::Error::Corrupt {
+            session, segment, ..
+        }) => {
+            assert_eq!(session, id);
+            assert_eq!(segment, damaged);
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // The store stays usable: a new session is created and written.
+    let (other, more) = plan(1);
+    b.create(SessionHeader::new(&other, 0)).unwrap();
+    b.append(&other, &more[0]).unwrap();
 }

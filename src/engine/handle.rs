@@ -271,7 +271,7 @@ impl Store {
         if !read_only {
             // Journals of handles that are gone: their acknowledged batches
             // go back into their segments before anyone writes after them.
-            store.adopt_orphaned_journals()?;
+            store.adopt_orphaned_journals();
         }
         super::hooks::after_open(&store, archive)?; // issue 17
         if let (Durability::Batched { window }, false) = (store.inner.options.durability, read_only)

@@ -113,7 +113,23 @@ impl Store {
             let Some(orphan) = self.open_orphan(number, &path, false)? else {
                 continue;
             };
-            let Some(scanned) = self.scan_orphan(&orphan)? else {
+            let scanned = self.scan_orphan(&orphan).map_err(|err| match err {
+                // Refused for the session being taken: its entries may be
+                // in the damaged file.
+                Error::Corrupt {
+                    segment,
+                    offset,
+                    reason,
+                    ..
+                } => Error::Corrupt {
+                    session: e.header.id.clone(),
+                    segment,
+                    offset,
+                    reason,
+                },
+                other => other,
+            })?;
+            let Some(scanned) = scanned else {
                 continue;
             };
             let mine: Vec<&Entry<'_>> = scanned
@@ -129,16 +145,23 @@ impl Store {
     /// this handle can lock, and removes each file whose sessions were all
     /// done. A file with a session another handle writes stays (that
     /// writer replayed it when it took the session; the file goes at a
-    /// later open).
-    pub(super) fn adopt_orphaned_journals(&self) -> Result<()> {
-        let Some(locks) = self.inner.locks.clone() else {
-            return Ok(());
+    /// later open). Best effort: what fails here is retried, and reported,
+    /// when the session is taken for writing.
+    pub(super) fn adopt_orphaned_journals(&self) {
+        let (Some(locks), Ok(files)) = (self.inner.locks.clone(), self.journal_files()) else {
+            return;
         };
-        for (number, path) in self.journal_files()? {
-            let Some(orphan) = self.open_orphan(number, &path, true)? else {
+        for (number, path) in files {
+            let Ok(Some(orphan)) = self.open_orphan(number, &path, true) else {
                 continue;
             };
-            let Some(entries) = self.scan_orphan(&orphan)? else {
+            // A damaged file is left for the sessions' writers, which
+            // refuse it (so the damage is reported with the session taken,
+            // not by failing every open of the store).
+            let Ok(scanned) = self.scan_orphan(&orphan) else {
+                continue;
+            };
+            let Some(entries) = scanned else {
                 // Never used (its header incomplete, nothing after it).
                 let _ = self.inner.vfs.remove_file(&orphan.path);
                 continue;
@@ -149,29 +172,21 @@ impl Store {
             }
             let mut complete = true;
             for (id, list) in by_session {
-                let Some(_held) = locks.try_lock(id).map_err(|source| Error::Io {
-                    path: locks.path().to_owned(),
-                    source,
-                })?
-                else {
+                let Ok(Some(_held)) = locks.try_lock(id) else {
                     complete = false;
                     continue;
                 };
-                if let Some(entry) = self.entry(id)? {
-                    self.replay_entries(id, &entry.dir, &list)?;
-                }
+                // A session that cannot be replayed now (damage, I/O) keeps
+                // the file; its next writer replays it and reports why not.
+                let replayed = self
+                    .entry(id)
+                    .and_then(|e| e.map_or(Ok(0), |e| self.replay_entries(id, &e.dir, &list)));
+                complete &= replayed.is_ok();
             }
             if complete {
-                self.inner
-                    .vfs
-                    .remove_file(&orphan.path)
-                    .map_err(|source| Error::Io {
-                        path: orphan.path.clone(),
-                        source,
-                    })?;
+                let _ = self.inner.vfs.remove_file(&orphan.path);
             }
         }
-        Ok(())
     }
 
     /// The entries of an orphaned journal of this store; `None` for a file
