@@ -22,6 +22,9 @@
 //!   batch, the byte range of every verbatim data field: `encode_batch_with`
 //!   then `decode_batch` and the data pointers (the old way), against
 //!   `encode_batch_indexed` alone.
+//! - `validate/check_finite_numbers`: the finite-number check every event
+//!   built in code passes at append (and JSON input at parse), over every
+//!   event's `data`.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use sessionlog::codec::{self, EncodeOptions};
@@ -165,6 +168,20 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    g.finish();
+
+    let mut g = c.benchmark_group("validate");
+    g.sample_size(20);
+    g.throughput(Throughput::Bytes(data_bytes as u64));
+    g.bench_function("check_finite_numbers", |b| {
+        b.iter(|| {
+            let ok = events
+                .iter()
+                .filter(|e| sessionlog::json::check_finite_numbers(e.data.get()).is_ok())
+                .count();
+            black_box(ok)
+        })
+    });
     g.finish();
 }
 

@@ -648,6 +648,11 @@ fn is_free_at(file: &dyn VfsFile, file_len: u64, at: u64) -> io::Result<bool> {
 /// 1 KiB or more. Its price is paid once, at create or growth time: 11–50 ms
 /// per 16 MiB (about 0.7–3 ms per MiB), so large preallocations belong off the
 /// latency-critical path.
+///
+/// Unsynced writers (`Durability::None`, `Batched`) zero-fill too: reserving
+/// only was tried and measured slower, because the page-cache writes into
+/// unwritten extents cost more than the zeros (appends only, side by side
+/// in one run: 0.92x at batch 16, 0.95x at 256, 0.99x at 4096 events).
 fn preallocate_range(file: &dyn VfsFile, start: u64, len: u64) -> io::Result<()> {
     if len == 0 {
         return Ok(());
