@@ -20,7 +20,7 @@
 #[cfg(feature = "archive")]
 pub use crate::engine::{ArchiveOptions, ArchiveReport, ArchiveStats, EvictionPolicy};
 pub use crate::engine::{
-    Derived, Durability, Error, Events, Options, Recovery, Result, SalvageCut, Salvaged,
+    Batches, Derived, Durability, Error, Events, Options, Recovery, Result, SalvageCut, Salvaged,
     SessionStats, Store, Tail, Unaccounted, VerifyReport,
 };
 /// The errors of the file formats an [`Error`] carries (the format modules

@@ -1080,8 +1080,27 @@ fn events_stream_what_read_from_returns() {
             log[(from as usize).min(log.len())..],
             "from {from}"
         );
+        // `batches` lends the same events, batch by batch.
+        let mut batches = store.batches("s", from).unwrap();
+        let (mut lent, mut calls) = (Vec::new(), 0);
+        while let Some(batch) = batches.next_with(|events| {
+            lent.extend(events.iter().map(|e| e.clone().into_owned()));
+            events.len()
+        }) {
+            assert!(batch.unwrap() > 0, "from {from}: an empty batch was lent");
+            calls += 1;
+        }
+        assert_eq!(lent, streamed, "from {from}");
+        assert_eq!(batches.end(), log.len() as u64);
+        let remaining = log.len().saturating_sub(from as usize);
+        assert!(
+            calls <= remaining.div_ceil(5) + 1,
+            "from {from}: {calls} batches"
+        );
+        assert!(batches.next_with(|_| ()).is_none());
     }
     assert!(matches!(store.events("nope", 0), Err(Error::NotFound(_))));
+    assert!(matches!(store.batches("nope", 0), Err(Error::NotFound(_))));
     drop(store);
     // Damage a record in the middle: the stream ends with the error.
     let seg = segment_path(dir.path());
@@ -1097,6 +1116,19 @@ fn events_stream_what_read_from_returns() {
         matches!(items.last(), Some(Err(Error::Corrupt { .. }))),
         "{:?}",
         items.last().map(|r| r.as_ref().map(|e| e.seq))
+    );
+    let mut batches = store.batches("s", 0).unwrap();
+    let mut results = Vec::new();
+    while let Some(r) = batches.next_with(|events| events.len()) {
+        results.push(r);
+    }
+    assert!(
+        matches!(results.last(), Some(Err(Error::Corrupt { .. }))),
+        "{results:?}"
+    );
+    assert!(
+        batches.next_with(|_| ()).is_none(),
+        "nothing after the error"
     );
 }
 

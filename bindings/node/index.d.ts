@@ -7,6 +7,21 @@ export interface Location {
 }
 
 /**
+ * A streaming read of one session's stored events (`SessionLog.storedReader`).
+ * `open` resolves to the head, then each `next` to a chunk of events as a JSON
+ * array of whole stored batches, or null at the end; head and events come from
+ * one snapshot of the session. Call `next` again only after the previous call
+ * resolved (issue it before parsing the chunk it returned, so the worker writes
+ * the next chunk while JavaScript parses this one).
+ */
+export declare class StoredReader {
+  /** `{"meta","revision","tornMarker"?}` (whole log) or `{"meta"}` (from a seq); null when absent. */
+  open(): Promise<string | null>
+  /** The next events (about maxBytes of JSON text; a larger batch comes whole), or null at the end. */
+  next(maxBytes: number): Promise<string | null>
+}
+
+/**
  * One handle on a sessionlog store: the harness's `PersistenceBackend` hooks
  * with JSON text at the boundary. Every hook but `locate` runs off the
  * JavaScript thread. Failures reject with an Error whose message starts with
@@ -19,6 +34,8 @@ export declare class SessionLog {
   readStoredRevision(id: string): Promise<string | null>
   /** `{"meta","events"}` with the events whose seq is at least fromSeq, or null. */
   loadStoredFrom(id: string, fromSeq: number): Promise<string | null>
+  /** A streaming read: every event (as loadStored, taking the session) when fromSeq is null, else those from fromSeq (as loadStoredFrom). */
+  storedReader(id: string, fromSeq: number | null): StoredReader
   /** Durably append a contiguous batch; the first one (isMaterialized false) publishes the session. */
   appendBatch(metaJson: string, eventsJson: string, isMaterialized: boolean): Promise<void>
   /** Retire the torn tail tornMarker names (when not null), then durably append the closers. */

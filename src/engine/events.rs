@@ -1,13 +1,14 @@
 //! Reading a session's events batch by batch: the one decoding loop behind
-//! [`Store::read_from`] (which collects) and [`Store::events`] (which
-//! streams, holding one batch at a time).
+//! [`Store::read_from`] (which collects), [`Store::events`] (which
+//! streams, holding one batch at a time) and [`Store::batches`] (which lends
+//! each batch's events, borrowed from the map).
 
 use super::error::{Error, Result};
 use super::handle::Store;
 use super::session::{Seg, Session};
 use crate::checkpoint::BatchIndex;
 use crate::codec;
-use crate::event::OwnedEvent;
+use crate::event::{Event, OwnedEvent};
 use crate::lineage::Lineage;
 use crate::segment::{self, SegmentIdent};
 use std::collections::VecDeque;
@@ -68,6 +69,15 @@ impl BatchCursor {
 
     /// Decodes the next batch; `None` past the end (or `until`).
     pub(super) fn next_batch(&mut self) -> Option<Result<Vec<OwnedEvent>>> {
+        self.with_next_batch(|events| events.into_iter().map(|e| e.into_owned()).collect())
+    }
+
+    /// Decodes the next batch and lends its events, borrowed from the
+    /// mapped segment, to `f`; `None` past the end (or `until`).
+    pub(super) fn with_next_batch<R>(
+        &mut self,
+        f: impl FnOnce(Vec<Event<'_>>) -> R,
+    ) -> Option<Result<R>> {
         let b = self.batches.get(self.at)?;
         if b.first_seq >= self.until {
             return None;
@@ -122,7 +132,7 @@ impl BatchCursor {
             0,
         );
         Some(match decoded {
-            Ok(events) => Ok(events.into_iter().map(|e| e.into_owned()).collect()),
+            Ok(events) => Ok(f(events)),
             Err(e) => Err(self.corrupt(&seg.path, b.offset, e.to_string())),
         })
     }
@@ -154,6 +164,109 @@ impl Store {
                 failed: false,
             })
         })
+    }
+}
+
+/// The stored batches of a session from a seq on, each decoded in turn and
+/// lent to a callback with its events borrowed from the mapped segment
+/// ([`Store::batches`]): no event is copied or allocated, and memory holds
+/// one batch. For a caller that writes events out (as JSON text, over a
+/// wire) rather than keeping them.
+pub struct Batches {
+    cursor: BatchCursor,
+    from: u64,
+    end: u64,
+    /// The log is known to end short of `end` (a poisoned session may hold
+    /// a written batch its index missed): the end is not checked.
+    poisoned: bool,
+    done: bool,
+}
+
+impl Store {
+    /// The stored batches of session `id` holding seqs from `from` on, as
+    /// they are when called ([`Batches::end`] is the session's length then;
+    /// later appends are not included). Like [`Store::events`] but lending
+    /// each batch's events instead of copying them:
+    ///
+    /// ```
+    /// # use sessionlog::{build, event::Event, header::SessionHeader, store::{Options, Store}};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path(), Options::default())?;
+    /// store.create(SessionHeader::new("s", 0))?;
+    /// let events = [build::user_message(0, 1, "hi"), build::user_message(1, 2, "again")];
+    /// let borrowed: Vec<Event<'_>> = events.iter().map(|e| e.borrowed()).collect();
+    /// store.append("s", &borrowed)?;
+    /// let mut batches = store.batches("s", 1)?;
+    /// let mut seqs = Vec::new();
+    /// while let Some(batch) = batches.next_with(|events| {
+    ///     seqs.extend(events.iter().map(|e| e.seq));
+    /// }) {
+    ///     batch?;
+    /// }
+    /// assert_eq!((seqs, batches.end()), (vec![1], 2));
+    /// # Ok::<(), sessionlog::store::Error>(())
+    /// ```
+    pub fn batches(&self, id: &str, from: u64) -> Result<Batches> {
+        let store_id = self.inner.store_id;
+        self.with_session(id, |s| {
+            let end = s.next_seq();
+            Ok(Batches {
+                cursor: BatchCursor::new(store_id, s, from, end),
+                from,
+                end,
+                poisoned: s.poisoned,
+                done: false,
+            })
+        })
+    }
+}
+
+impl Batches {
+    /// The session's length when the reader was made: the seq after the
+    /// last event it yields.
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// Decodes the next batch and calls `f` with its events at or past the
+    /// reader's `from` seq (a first batch may start before it), borrowed
+    /// from the mapped segment. `None` once every batch was read; a damaged
+    /// record, or a batch index that ends short of [`Batches::end`], is an
+    /// [`Error::Corrupt`] naming the segment and offset, after which it
+    /// yields nothing more.
+    pub fn next_with<R>(&mut self, f: impl FnOnce(&[Event<'_>]) -> R) -> Option<Result<R>> {
+        // (The cursor starts at the batch holding `from`: with `from` at or
+        // past the end, that is the last batch, with nothing to lend.)
+        if self.done || self.from >= self.end {
+            return None;
+        }
+        let from = self.from;
+        let next = self.cursor.with_next_batch(|events| {
+            let skip = events.iter().take_while(|e| e.seq < from).count();
+            f(&events[skip..])
+        });
+        match next {
+            Some(Ok(r)) => Some(Ok(r)),
+            Some(Err(e)) => {
+                self.done = true;
+                Some(Err(e))
+            }
+            None => {
+                self.done = true;
+                match self.cursor.expected() {
+                    Some(e) if e != self.end && !self.poisoned => Some(Err(Error::Corrupt {
+                        session: self.cursor.id.clone(),
+                        segment: self.cursor.dir.clone(),
+                        offset: 0,
+                        reason: format!(
+                            "the batch index ends at seq {e} but the log at {}",
+                            self.end
+                        ),
+                    })),
+                    _ => None,
+                }
+            }
+        }
     }
 }
 

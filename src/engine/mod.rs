@@ -56,7 +56,7 @@ pub(crate) mod write;
 #[cfg(feature = "archive")]
 pub use archive::{ArchiveOptions, ArchiveReport, ArchiveStats, EvictionPolicy};
 pub use error::{Error, Result};
-pub use events::Events;
+pub use events::{Batches, Events};
 pub use handle::Store;
 pub use load::Recovery;
 pub use options::{Durability, Options};

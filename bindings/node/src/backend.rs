@@ -27,10 +27,10 @@
 
 use crate::header;
 use serde_json::value::RawValue;
-use sessionlog::event::{Event, OwnedEvent};
+use sessionlog::event::Event;
 use sessionlog::header::SessionHeader;
 use sessionlog::json::{self, Fields};
-use sessionlog::store::{Error as StoreError, Options, Store};
+use sessionlog::store::{Batches, Error as StoreError, Options, Store};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -190,34 +190,81 @@ fn parse_events(text: &str) -> Result<Vec<Event<'_>>> {
         .collect()
 }
 
-fn write_events(out: &mut Vec<u8>, events: &[OwnedEvent]) {
-    out.push(b'[');
-    for (i, e) in events.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        if e.kind == VERBATIM_KIND {
-            out.extend_from_slice(e.data.get().as_bytes());
-        } else {
-            e.write_json(out);
-        }
+/// Writes one stored event as the harness's JSON: a harness event verbatim,
+/// a native one (imported, or written through the Rust API) as the store
+/// renders it.
+fn write_event(out: &mut Vec<u8>, e: &Event<'_>) {
+    if e.kind == VERBATIM_KIND {
+        out.extend_from_slice(e.data.get().as_bytes());
+    } else {
+        e.write_json(out);
     }
-    out.push(b']');
 }
 
-/// Returns the memory the decoded events held to the operating system.
-/// glibc keeps freed small allocations in its heap: after a whole session
-/// was decoded (a record, its data and its type per event: ~250 MiB for
-/// 1.3M harness events) they would stay in the process's RSS while
-/// JavaScript parses the result. Measured on a 1.3M-event session: the peak
-/// RSS of `loadStored` plus `JSON.parse` falls by ~250 MiB, for ~70 ms of
-/// trimming (BENCHMARKS.md, "Node: through the harness's coordinator").
-fn give_back_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases free heap pages; it takes no pointer.
-    unsafe {
-        libc::malloc_trim(0);
+/// A session's stored events being written out as JSON text, a chunk at a
+/// time: `loadStored` and `loadStoredFrom` write them all at once, the
+/// streaming reader (`StoredReader` in `lib.rs`) a few MiB per call, so
+/// JavaScript parses one chunk while the next is written. Each batch is
+/// written straight from the mapped segment (no event is copied into an
+/// owned record first), so memory holds the text and one decoded batch.
+pub struct EventText {
+    batches: Batches,
+}
+
+impl EventText {
+    /// The next chunk: a JSON array of the events of whole batches, at least
+    /// one batch and then no more once `max_bytes` is reached; `None` once
+    /// every event was written.
+    pub fn next_chunk(&mut self, max_bytes: usize) -> Result<Option<String>> {
+        let mut out: Vec<u8> = Vec::new();
+        while out.len() < max_bytes {
+            let wrote = self.batches.next_with(|events| {
+                for e in events {
+                    out.push(if out.is_empty() { b'[' } else { b',' });
+                    write_event(&mut out, e);
+                }
+            });
+            match wrote {
+                None => break,
+                Some(r) => r?,
+            }
+        }
+        if out.is_empty() {
+            return Ok(None);
+        }
+        out.push(b']');
+        Ok(Some(into_string(out)))
     }
+
+    /// Every remaining event as one JSON array (`[]` when none is left).
+    fn write_all(&mut self, out: &mut Vec<u8>) -> Result<()> {
+        let mut first = true;
+        while let Some(r) = self.batches.next_with(|events| {
+            for e in events {
+                out.push(if first { b'[' } else { b',' });
+                first = false;
+                write_event(out, e);
+            }
+        }) {
+            r?;
+        }
+        if first {
+            out.push(b'[');
+        }
+        out.push(b']');
+        Ok(())
+    }
+}
+
+/// A head object (`{...}`) with every event of `text` added as its
+/// `events` member: the one-call `loadStored`/`loadStoredFrom` result.
+fn with_all_events((mut out, mut text): (Vec<u8>, EventText)) -> Result<String> {
+    // The head ends with `}`: the events go in before it.
+    out.pop();
+    out.extend_from_slice(b",\"events\":");
+    text.write_all(&mut out)?;
+    out.push(b'}');
+    Ok(into_string(out))
 }
 
 fn into_string(out: Vec<u8>) -> String {
@@ -231,8 +278,12 @@ impl Shared {
     /// that only cuts a torn tail leaves the readable log, and so the
     /// revision, as it was.
     fn revision(&self, id: &str) -> Result<String> {
+        self.revision_at(id, self.store.next_seq(id)?)
+    }
+
+    /// The revision of session `id` when it held `next_seq` events.
+    fn revision_at(&self, id: &str, next_seq: u64) -> Result<String> {
         let incarnation = self.store.incarnation(id)?;
-        let next_seq = self.store.next_seq(id)?;
         Ok(format!(
             "sessionlog:{}:{incarnation}:{next_seq}",
             self.store_id
@@ -257,11 +308,18 @@ impl Shared {
     }
 
     /// `loadStored`: `{"meta","events","revision","tornMarker"?}` or `None`.
-    /// The coordinator loads a session to use it, so this process takes it
-    /// for writing (which finds and cuts a torn tail: the marker); a
-    /// session another process writes is read as it is, with no marker
-    /// (its torn tail, if any, is that writer's).
     pub fn load_stored(&self, id: &str) -> Result<Option<String>> {
+        self.open_stored(id)?.map(with_all_events).transpose()
+    }
+
+    /// The head of `loadStored`, `{"meta","revision","tornMarker"?}`, and
+    /// its events to write out, or `None`. The coordinator loads a session
+    /// to use it, so this process takes it for writing (which finds and cuts
+    /// a torn tail: the marker); a session another process writes is read
+    /// as it is, with no marker (its torn tail, if any, is that writer's).
+    /// The revision is the one of the events read: both come from one
+    /// snapshot of the session.
+    pub fn open_stored(&self, id: &str) -> Result<Option<(Vec<u8>, EventText)>> {
         let Some(header) = self.header(id)? else {
             return Ok(None);
         };
@@ -269,21 +327,17 @@ impl Shared {
             Ok(_) | Err(StoreError::Locked { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        let events = self.store.read_from(id, 0)?;
-        let mut out = Vec::with_capacity(256 + events.len() * 128);
+        let batches = self.store.batches(id, 0)?;
+        let mut out = Vec::with_capacity(512);
         out.extend_from_slice(b"{\"meta\":");
         header::write_json(&header, &mut out);
-        out.extend_from_slice(b",\"events\":");
-        write_events(&mut out, &events);
-        drop(events);
-        give_back_freed_memory();
         out.extend_from_slice(b",\"revision\":");
-        json::write_str(&mut out, &self.revision(id)?);
+        json::write_str(&mut out, &self.revision_at(id, batches.end())?);
         if let Some(marker) = self.torn_marker(id) {
             let _ = write!(out, ",\"tornMarker\":{marker}");
         }
         out.push(b'}');
-        Ok(Some(into_string(out)))
+        Ok(Some((out, EventText { batches })))
     }
 
     /// `readStoredRevision`.
@@ -297,17 +351,23 @@ impl Shared {
     /// `loadStoredFrom`: `{"meta","events"}` with the events at or past
     /// `from`, decoding only the batches that hold them.
     pub fn load_stored_from(&self, id: &str, from: u64) -> Result<Option<String>> {
+        self.open_stored_from(id, from)?
+            .map(with_all_events)
+            .transpose()
+    }
+
+    /// The head of `loadStoredFrom`, `{"meta"}`, and its events (those at or
+    /// past `from`) to write out, or `None`.
+    pub fn open_stored_from(&self, id: &str, from: u64) -> Result<Option<(Vec<u8>, EventText)>> {
         let Some(header) = self.header(id)? else {
             return Ok(None);
         };
-        let events = self.store.read_from(id, from)?;
-        let mut out = Vec::with_capacity(256 + events.len() * 128);
+        let batches = self.store.batches(id, from)?;
+        let mut out = Vec::with_capacity(256);
         out.extend_from_slice(b"{\"meta\":");
         header::write_json(&header, &mut out);
-        out.extend_from_slice(b",\"events\":");
-        write_events(&mut out, &events);
         out.push(b'}');
-        Ok(Some(into_string(out)))
+        Ok(Some((out, EventText { batches })))
     }
 
     /// `appendBatch`: a durable append. The first one (`!materialized`)

@@ -143,6 +143,87 @@ impl SessionLog {
     }
 }
 
+/// Where a [`StoredReader`] is in its life.
+enum ReaderState {
+    /// Made; nothing was read yet.
+    Unopened,
+    /// `open` found the session: the events left to write out.
+    Open(Box<backend::EventText>),
+    /// Every event was returned, the session was absent, or a read failed.
+    Done,
+}
+
+/// A streaming read of one session's stored events (`storedReader`): `open`
+/// resolves to the head (`{"meta","revision","tornMarker"?}` as `loadStored`
+/// reports it, or `{"meta"}` from a seq), then each `next` to the next chunk
+/// of events as a JSON array, or null at the end. Both come from one
+/// snapshot of the session. JavaScript parses a chunk while the worker
+/// writes the next one, and never holds the whole log's text at once.
+/// Call `next` again only after the previous call resolved.
+#[napi]
+pub struct StoredReader {
+    log: SessionLogRef,
+    id: String,
+    from: Option<u64>,
+    state: Arc<Mutex<ReaderState>>,
+}
+
+/// What a reader needs of its handle to open the store lazily.
+struct SessionLogRef {
+    root: PathBuf,
+    state: Arc<Mutex<State>>,
+}
+
+#[napi]
+impl StoredReader {
+    /// Opens the read: the head JSON, or null when the session is not
+    /// stored. Reading the whole log (`fromSeq` null) takes the session
+    /// for writing, as `loadStored` does.
+    #[napi(ts_return_type = "Promise<string | null>")]
+    pub fn open(&self) -> AsyncTask<Work<Option<String>>> {
+        let (root, handle) = (self.log.root.clone(), self.log.state.clone());
+        let (id, from, state) = (self.id.clone(), self.from, self.state.clone());
+        Work::new(move || {
+            let mut state = state.lock().expect("reader lock");
+            if !matches!(*state, ReaderState::Unopened) {
+                return Err(Failure {
+                    code: "SESSIONLOG_BAD_INPUT",
+                    message: format!("the reader of session {id:?} was already opened"),
+                });
+            }
+            *state = ReaderState::Done;
+            let shared = shared(&root, &handle)?;
+            let opened = match from {
+                None => shared.open_stored(&id)?,
+                Some(from) => shared.open_stored_from(&id, from)?,
+            };
+            Ok(opened.map(|(head, text)| {
+                *state = ReaderState::Open(Box::new(text));
+                String::from_utf8(head).expect("JSON output is UTF-8")
+            }))
+        })
+    }
+
+    /// The next events as a JSON array of whole stored batches, at least
+    /// one batch and about `max_bytes` of text at most (a larger batch is
+    /// returned whole), or null once every event was returned.
+    #[napi(ts_return_type = "Promise<string | null>")]
+    pub fn next(&self, max_bytes: u32) -> AsyncTask<Work<Option<String>>> {
+        let state = self.state.clone();
+        Work::new(move || {
+            let mut state = state.lock().expect("reader lock");
+            let ReaderState::Open(text) = &mut *state else {
+                return Ok(None);
+            };
+            let chunk = text.next_chunk(max_bytes.max(1) as usize);
+            if !matches!(chunk, Ok(Some(_))) {
+                *state = ReaderState::Done;
+            }
+            chunk
+        })
+    }
+}
+
 /// Where a session's files live (`SessionLocation`).
 #[napi(object)]
 pub struct Location {
@@ -212,6 +293,23 @@ impl SessionLog {
     #[napi(ts_return_type = "Promise<string>")]
     pub fn list_snapshots(&self) -> AsyncTask<Work<String>> {
         self.run(|s| s.list_snapshots())
+    }
+
+    /// A streaming read of session `id` (see [`StoredReader`]): all of its
+    /// events, as `loadStored` returns them, when `from_seq` is null or
+    /// undefined; those from `from_seq` on, as `loadStoredFrom`, otherwise.
+    /// Touches nothing until its `open`.
+    #[napi]
+    pub fn stored_reader(&self, id: String, from_seq: Option<f64>) -> StoredReader {
+        StoredReader {
+            log: SessionLogRef {
+                root: self.root.clone(),
+                state: self.state.clone(),
+            },
+            id,
+            from: from_seq.map(|f| f.max(0.0) as u64),
+            state: Arc::new(Mutex::new(ReaderState::Unopened)),
+        }
     }
 
     /// The session's directory; computed, the disk is not touched.

@@ -50,12 +50,19 @@ export interface NativeSessionLog {
   loadStored(id: string): Promise<string | null>
   readStoredRevision(id: string): Promise<string | null>
   loadStoredFrom(id: string, fromSeq: number): Promise<string | null>
+  storedReader(id: string, fromSeq: number | null): NativeStoredReader
   appendBatch(metaJson: string, eventsJson: string, isMaterialized: boolean): Promise<void>
   commitRepair(metaJson: string, tornMarker: number | null, closersJson: string): Promise<void>
   list(): Promise<string>
   listSnapshots(): Promise<string>
   locate(metaJson: string): SessionLocation | null
   close(): Promise<void>
+}
+
+/** A streaming read of one session's events (see `index.d.ts`). */
+export interface NativeStoredReader {
+  open(): Promise<string | null>
+  next(maxBytes: number): Promise<string | null>
 }
 
 /** The addon module. */
@@ -103,6 +110,41 @@ export function loadNativeModule(path?: string): NativeSessionLogModule {
 }
 
 /**
+ * Text the addon writes per chunk of a streaming read: large enough that the
+ * per-call cost is nothing (~250 chunks for a 1.3M-event log), small
+ * enough that JavaScript holds little text at once and starts parsing early.
+ */
+const READ_CHUNK_BYTES = 1 << 20
+
+/**
+ * Reads a session's events through the addon's streaming reader: the head
+ * (parsed), then the events, chunk by chunk. The next chunk is requested
+ * before this one is parsed, so the worker writes it while the JavaScript
+ * thread parses; no string of the whole log's text ever exists.
+ */
+async function readStored<Head>(reader: NativeStoredReader): Promise<{ head: Head, events: SessionEvent[] } | undefined> {
+  const headText = await call(() => reader.open())
+  if (headText === null) return undefined
+  const head = JSON.parse(headText) as Head
+  const events: SessionEvent[] = []
+  let pending = call(() => reader.next(READ_CHUNK_BYTES))
+  for (;;) {
+    const text = await pending
+    if (text === null) break
+    pending = call(() => reader.next(READ_CHUNK_BYTES))
+    let chunk: SessionEvent[]
+    try {
+      chunk = JSON.parse(text) as SessionEvent[]
+    } catch (error: unknown) {
+      pending.catch(() => undefined) // nobody awaits it any more
+      throw error
+    }
+    for (const event of chunk) events.push(event)
+  }
+  return { head, events }
+}
+
+/**
  * The harness's storage hooks over one native handle. The torn marker is the
  * byte offset where the store found a torn record; events and headers cross
  * as JSON text (so strings with lone UTF-16 surrogates survive: see the
@@ -117,20 +159,16 @@ export class NativeSessionLogBackend implements PersistenceBackend<number> {
 
   async loadStored(id: SessionId, signal?: AbortSignal): Promise<StoredPrefix<number> | undefined> {
     signal?.throwIfAborted()
-    const text = await call(() => this.native.loadStored(id))
+    const stored = await readStored<{ meta: SessionHeader, revision: string, tornMarker?: number }>(
+      this.native.storedReader(id, null))
     signal?.throwIfAborted()
-    if (text === null) return undefined
-    const stored = JSON.parse(text) as {
-      meta: SessionHeader
-      events: SessionEvent[]
-      revision: string
-      tornMarker?: number
-    }
+    if (stored === undefined) return undefined
+    const { head } = stored
     return {
-      meta: stored.meta,
+      meta: head.meta,
       events: stored.events,
-      revision: SessionPersistenceRevision(stored.revision),
-      ...stored.tornMarker === undefined ? {} : { tornMarker: stored.tornMarker },
+      revision: SessionPersistenceRevision(head.revision),
+      ...head.tornMarker === undefined ? {} : { tornMarker: head.tornMarker },
     }
   }
 
@@ -143,9 +181,9 @@ export class NativeSessionLogBackend implements PersistenceBackend<number> {
   /** Seek read: the store decodes only the batches holding `seq >= fromSeq`. */
   async loadStoredFrom(id: SessionId, fromSeq: number, signal?: AbortSignal): Promise<StoredSuffix | undefined> {
     signal?.throwIfAborted()
-    const text = await call(() => this.native.loadStoredFrom(id, fromSeq))
+    const stored = await readStored<{ meta: SessionHeader }>(this.native.storedReader(id, fromSeq))
     signal?.throwIfAborted()
-    return text === null ? undefined : JSON.parse(text) as StoredSuffix
+    return stored === undefined ? undefined : { meta: stored.head.meta, events: stored.events }
   }
 
   async appendBatch(meta: SessionHeader, events: readonly SessionEvent[], isMaterialized: boolean): Promise<void> {

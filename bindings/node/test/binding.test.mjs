@@ -51,6 +51,69 @@ test('strings with lone UTF-16 surrogates round-trip exactly', async (t) => {
   await reopened.close()
 })
 
+/** Reads a session through the streaming reader: [head, events, number of chunks]. */
+async function readAll(store, id, fromSeq, maxBytes) {
+  const reader = store.storedReader(id, fromSeq)
+  const head = await reader.open()
+  if (head === null) return [null, [], 0]
+  const events = []
+  let chunks = 0
+  for (let text = await reader.next(maxBytes); text !== null; text = await reader.next(maxBytes)) {
+    chunks += 1
+    events.push(...JSON.parse(text))
+  }
+  return [JSON.parse(head), events, chunks]
+}
+
+test('the streaming reader returns what loadStored and loadStoredFrom return, chunk by chunk', async (t) => {
+  const root = tempRoot(t)
+  const odd = 'a\ud800b\udfff😀\udbff'
+  const store = addon.openSessionLog(root)
+  const all = []
+  for (let b = 0; b < 40; b++) {
+    const batch = []
+    for (let i = 0; i < 5; i++) {
+      const seq = all.length + batch.length
+      batch.push({ type: 'plugin/probe', seq, time: seq, data: { odd, pad: 'x'.repeat(seq % 7 * 100) }, ignorable: true })
+    }
+    await store.appendBatch(JSON.stringify(meta('s')), JSON.stringify(batch), b > 0)
+    all.push(...batch)
+  }
+  const loaded = JSON.parse(await store.loadStored('s'))
+  for (const maxBytes of [1, 2000, 1 << 20]) {
+    const [head, events, chunks] = await readAll(store, 's', null, maxBytes)
+    assert.deepEqual(head, { meta: loaded.meta, revision: loaded.revision }, `head, ${maxBytes}`)
+    assert.equal(JSON.stringify(events), JSON.stringify(all), `events, ${maxBytes}`)
+    // A chunk holds whole batches: at least one, more while under maxBytes.
+    assert.equal(chunks, maxBytes === 1 ? 40 : maxBytes === 2000 ? chunks : 1, `chunks, ${maxBytes}`)
+    if (maxBytes === 2000) assert.ok(chunks > 1 && chunks < 40, `${chunks} chunks of ~2000 bytes`)
+  }
+  for (const from of [0, 1, 7, 199, 200, 500]) {
+    const [head, events] = await readAll(store, 's', from, 3000)
+    assert.deepEqual(head, { meta: loaded.meta }, `head from ${from}`)
+    assert.deepEqual(events, JSON.parse(await store.loadStoredFrom('s', from)).events, `from ${from}`)
+    assert.deepEqual(events.map(e => e.seq), all.slice(from).map(e => e.seq), `seqs from ${from}`)
+  }
+  // A reader reads the session as it was when opened: head and events agree.
+  const reader = store.storedReader('s', null)
+  const head = JSON.parse(await reader.open())
+  await store.appendBatch(JSON.stringify(meta('s')), JSON.stringify([
+    { type: 'plugin/probe', seq: 200, time: 200, data: {}, ignorable: true },
+  ]), true)
+  const events = []
+  for (let text = await reader.next(1 << 20); text !== null; text = await reader.next(1 << 20)) {
+    events.push(...JSON.parse(text))
+  }
+  assert.equal(events.length, 200)
+  assert.equal(head.revision, loaded.revision)
+  assert.notEqual(JSON.parse(await store.loadStored('s')).revision, head.revision)
+  assert.equal(await reader.next(1), null, 'a finished reader stays finished')
+  await assert.rejects(reader.open(), /SESSIONLOG_BAD_INPUT: .*already opened/)
+  assert.deepEqual(await readAll(store, 'absent', null, 1), [null, [], 0])
+  assert.deepEqual(await readAll(store, 'absent', 3, 1), [null, [], 0])
+  await store.close()
+})
+
 test('revisions are stable while a log is unchanged and change on append and repair', async (t) => {
   const root = tempRoot(t)
   const store = addon.openSessionLog(root)
