@@ -169,8 +169,8 @@ impl Store {
 
 /// The stored batches of a session from a seq on, each decoded in turn and
 /// lent to a callback with its events borrowed from the mapped segment
-/// ([`Store::batches`]): no event is copied or allocated, and memory holds
-/// one batch. For a caller that writes events out (as JSON text, over a
+/// ([`Store::batches`]): no event is copied into an owned record (a packed
+/// batch is decompressed into one buffer), and memory holds one batch. For a caller that writes events out (as JSON text, over a
 /// wire) rather than keeping them.
 pub struct Batches {
     cursor: BatchCursor,
