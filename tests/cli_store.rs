@@ -340,6 +340,105 @@ fn verify_reports_a_flipped_byte_naming_the_segment() {
     assert_eq!(sl(&store, &["cat", "a"]).code, 1);
 }
 
+/// `verify` of the whole store reports what the store keeps but cannot
+/// read: a session whose `HEADER` was damaged (gone from `ls`, so it must
+/// not be gone from `verify` too) and a journal file replay refuses;
+/// `salvage-journals` deals with the journal, never with the session.
+#[test]
+fn verify_reports_unreadable_sessions_and_journals_and_salvage_moves_the_journal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = write_session(tmp.path(), "a.jsonl", "a", &BALANCED);
+    let b = write_session(tmp.path(), "b.jsonl", "b", &BALANCED);
+    let store = tmp.path().join("store");
+    ok(&store, &["import", path_str(&a), path_str(&b)]);
+    assert_eq!(ok(&store, &["verify"]).lines().count(), 2);
+
+    // A flipped byte in b's HEADER: b is no longer a readable session.
+    let header = Store::session_dir_in(&store, "b").unwrap().join("HEADER");
+    let mut bytes = std::fs::read(&header).unwrap();
+    bytes[40] ^= 0x20;
+    std::fs::write(&header, &bytes).unwrap();
+    assert_eq!(ok(&store, &["ls"]).lines().count(), 1);
+    let r = sl(&store, &["verify"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("OK a events=6"), "{}", r.stdout);
+    let dir_b = Store::session_dir_in(&store, "b").unwrap();
+    assert!(
+        r.stdout
+            .contains(&format!("UNACCOUNTED {}: HEADER", dir_b.display())),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stderr
+            .contains("0 of 1 session failed verification; 1 file kept"),
+        "{}",
+        r.stderr
+    );
+    std::fs::write(&header, {
+        bytes[40] ^= 0x20;
+        &bytes
+    })
+    .unwrap();
+    assert_eq!(ok(&store, &["verify"]).lines().count(), 2);
+
+    // A damaged journal without a writer (a copy of a live one, its store
+    // id flipped under the header's CRC).
+    let live = Store::open(
+        &store,
+        Options {
+            journal: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let more = sessionlog::build::user_message(6, 1, "more");
+    live.append("a", &[more.borrowed()]).unwrap();
+    let journal_dir = store.join("journal");
+    let name = std::fs::read_dir(&journal_dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name();
+    let orphan = journal_dir.join("0000000000000abd.wal");
+    let mut copy = std::fs::read(journal_dir.join(name)).unwrap();
+    copy[30] ^= 0xff;
+    std::fs::write(&orphan, &copy).unwrap();
+    live.close().unwrap();
+    let r = sl(&store, &["verify"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains(&format!(
+            "DAMAGED {}: journal: bad journal header",
+            orphan.display()
+        )),
+        "{}",
+        r.stdout
+    );
+    // Writing an existing session is refused while it lies there.
+    let r = sl(&store, &["repair", "a"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains(path_str(&orphan)), "{}", r.stderr);
+    assert!(r.stderr.contains("salvage-journals"), "{}", r.stderr);
+
+    let out = ok(&store, &["salvage-journals"]);
+    let kept = journal_dir.join("damaged").join("0000000000000abd.wal");
+    assert!(
+        out.starts_with(&format!("salvaged {}", orphan.display()))
+            && out.contains(&format!("kept as {}; 1 entry read", kept.display()))
+            && out.contains("  a: 0 records written back"),
+        "{out}"
+    );
+    assert!(kept.exists() && !orphan.exists());
+    assert_eq!(ok(&store, &["verify"]).lines().count(), 2);
+    ok(&store, &["repair", "a"]);
+    assert_eq!(
+        ok(&store, &["salvage-journals"]),
+        "no damaged journal file without a writer\n"
+    );
+}
+
 #[test]
 fn readers_work_while_a_writer_holds_the_lock() {
     let tmp = tempfile::tempdir().unwrap();

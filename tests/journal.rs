@@ -309,3 +309,196 @@ fn a_replayed_journal_writes_nothing_twice_and_damage_is_refused_per_session() {
     b.create(SessionHeader::new(&other, 0)).unwrap();
     b.append(&other, &more[0]).unwrap();
 }
+
+/// The start of each entry of journal file `bytes` (its framing only).
+fn entry_offsets(bytes: &[u8]) -> Vec<usize> {
+    let mut at = 48;
+    let mut all = Vec::new();
+    while at + 8 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        if len == 0 {
+            break;
+        }
+        all.push(at);
+        at += 8 + len;
+    }
+    all
+}
+
+/// A store whose one orphaned journal is damaged (its header's store id
+/// flipped, and the CRC of its last entry, s1's) after a power loss that
+/// kept only the segment writes synced in place. Returns the journal's
+/// path, its bytes, and where its last entry starts.
+fn store_with_a_damaged_journal(dir: &Path) -> (PathBuf, Vec<u8>, usize) {
+    // Small journal files: the fault test copies the store many times.
+    let opts = Options {
+        journal_file_size: 64 << 10,
+        ..options()
+    };
+    let a = Store::open(dir, opts).unwrap();
+    let (s0, b0) = plan(0);
+    let (s1, b1) = plan(1);
+    for id in [&s0, &s1] {
+        a.create(SessionHeader::new(id, 0)).unwrap();
+    }
+    // Each session's first batch is synced in its segment; the others are
+    // journaled: s0's five, then s1's one.
+    for b in &b0[..6] {
+        a.append(&s0, b).unwrap();
+    }
+    a.append(&s1, &b1[0]).unwrap();
+    a.append(&s1, &b1[1]).unwrap();
+    let orphan = orphan_copy(dir, "0000000000000abd");
+    a.close().unwrap();
+    let mut bytes = std::fs::read(&orphan).unwrap();
+    let entries = entry_offsets(&bytes);
+    assert_eq!(entries.len(), 6, "five of s0, one of s1");
+    bytes[30] ^= 0xff; // the store id, under the header's CRC
+    let last = entries[5];
+    bytes[last + 20] ^= 0x01; // s1's entry: its CRC fails, reading stops
+    std::fs::write(&orphan, &bytes).unwrap();
+    // Power loss before the writer synced its segments and wrote its
+    // checkpoints: the segment writes only the journal made durable.
+    for id in [&s0, &s1] {
+        lose_unsynced_segment_writes(dir, id);
+        let cp = Store::session_dir_in(dir, id).unwrap().join("CHECKPOINT");
+        std::fs::remove_file(cp).unwrap();
+    }
+    (orphan, bytes, last)
+}
+
+/// After a salvage: s0 has every acknowledged batch back, s1 lost the one
+/// only the unreadable entry held; both are writable and verify.
+fn check_salvaged(store: &Store, context: &str) {
+    let (s0, b0) = plan(0);
+    let (s1, b1) = plan(1);
+    assert_eq!(
+        store.read_from(&s0, 0).unwrap(),
+        b0[..6].concat(),
+        "{context}"
+    );
+    assert_eq!(store.read_from(&s1, 0).unwrap(), b1[0], "{context}");
+    store.append(&s0, &b0[6]).unwrap();
+    store.append(&s1, &b1[1]).unwrap();
+    for id in [&s0, &s1] {
+        store.verify(id).unwrap();
+    }
+}
+
+/// A damaged orphaned journal is reported, refused to a writer, then
+/// salvaged on request: every entry that can be read is written back, the
+/// file is kept in `journal/damaged/`, and the sessions are writable again.
+/// What only the unreadable part held is gone, and the report says so.
+#[test]
+fn a_damaged_journal_is_reported_salvaged_and_kept() {
+    let dir = fast_tempdir();
+    let (orphan, bytes, last) = store_with_a_damaged_journal(dir.path());
+    let (s0, b0) = plan(0);
+
+    let b = Store::open(dir.path(), Options::default()).unwrap();
+    let damaged = b.damaged_journals().unwrap();
+    assert_eq!(damaged.len(), 1, "{damaged:?}");
+    assert_eq!(damaged[0].path, orphan);
+    assert!(damaged[0].reason.contains("header"), "{damaged:?}");
+    let refused = b.append(&s0, &b0[6]);
+    assert!(
+        matches!(&refused, Err(sessionlog::store::Error::Corrupt { segment, .. }) if *segment == orphan),
+        "{refused:?}"
+    );
+    // A read-only handle reports it too.
+    let ro = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(ro.damaged_journals().unwrap(), damaged);
+    assert!(matches!(
+        ro.salvage_journals(),
+        Err(sessionlog::store::Error::ReadOnly)
+    ));
+
+    let done = b.salvage_journals().unwrap();
+    assert_eq!(done.len(), 1, "{done:?}");
+    let s = &done[0];
+    assert_eq!(s.damage, damaged[0]);
+    let kept = dir.path().join("journal/damaged/0000000000000abd.wal");
+    assert_eq!(s.kept, kept);
+    assert!(!orphan.exists() && kept.exists());
+    assert_eq!(std::fs::read(&kept).unwrap(), bytes, "kept as it was");
+    assert_eq!(s.entries, 5);
+    assert_eq!(s.replayed, vec![(s0.clone(), 5)]);
+    assert!(s.skipped.is_empty() && s.unparsed.is_empty(), "{s:?}");
+    assert_eq!(s.end, last as u64);
+    assert!(s.unread > 0);
+    assert!(b.damaged_journals().unwrap().is_empty());
+    assert!(b.salvage_journals().unwrap().is_empty(), "done once");
+    check_salvaged(&b, "salvaged");
+}
+
+/// Every file operation of an open and a salvage fails in turn (once, and
+/// for good): whatever the call returns, the journal file is in exactly one
+/// place, intact, and a salvage with the real file system afterwards
+/// finishes the job.
+#[test]
+fn a_salvage_that_fails_at_any_operation_can_be_run_again() {
+    use sessionlog::vfs::{FaultFs, FaultKind, FaultPlan, RealFs, Vfs};
+    use std::sync::Arc;
+    let template = fast_tempdir();
+    let (orphan, bytes, _) = store_with_a_damaged_journal(template.path());
+    let name = orphan.file_name().unwrap().to_owned();
+    let mut failed_runs = 0;
+    for persistent in [false, true] {
+        for n in 1.. {
+            let dir = fast_tempdir();
+            copy_dir(template.path(), dir.path());
+            let fs = Arc::new(FaultFs::new(
+                Arc::new(RealFs),
+                FaultPlan {
+                    fail_at: Some(n),
+                    kind: FaultKind::Eio,
+                    persistent,
+                    ..FaultPlan::default()
+                },
+            ));
+            let vfs: Arc<dyn Vfs> = fs.clone();
+            let context = format!("operation {n} failed (persistent: {persistent})");
+            let result = Store::open_with_vfs(dir.path(), Options::default(), vfs)
+                .and_then(|store| store.salvage_journals());
+            if fs.injected() == 0 {
+                assert_eq!(result.unwrap().len(), 1, "{context}");
+                break;
+            }
+            // Some operations are best effort (the open's clean-ups): a
+            // fault there may leave the salvage to finish.
+            match &result {
+                Ok(done) => assert_eq!(done.len(), 1, "{context}"),
+                Err(_) => failed_runs += 1,
+            }
+            let places: Vec<PathBuf> = [
+                dir.path().join("journal").join(&name),
+                dir.path().join("journal/damaged").join(&name),
+            ]
+            .into_iter()
+            .filter(|p| p.exists())
+            .collect();
+            assert_eq!(places.len(), 1, "{context}: {places:?}");
+            assert_eq!(std::fs::read(&places[0]).unwrap(), bytes, "{context}");
+            let store = Store::open(dir.path(), Options::default()).unwrap();
+            let again = store.salvage_journals().unwrap();
+            let moved = places[0].parent().unwrap().ends_with("journal");
+            assert_eq!(again.len(), usize::from(moved), "{context}");
+            assert!(store.damaged_journals().unwrap().is_empty(), "{context}");
+            check_salvaged(&store, &context);
+        }
+    }
+    assert!(failed_runs > 10, "{failed_runs} runs had a fault injected");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}

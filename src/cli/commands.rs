@@ -187,7 +187,11 @@ enum Command {
         json: bool,
     },
     /// Store mode: check every checksum of one session (or all) and fold it
-    /// again; print `OK ID events=N segments=S bytes=B` per session.
+    /// again; print `OK ID events=N segments=S bytes=B` per session. Without
+    /// an id, also report what the store keeps but cannot read:
+    /// `UNACCOUNTED PATH: REASON` for an entry of `sessions/` that is not a
+    /// readable session (a damaged `HEADER`, ...), `DAMAGED PATH: REASON`
+    /// for a journal file replay refuses; each counts as a failure.
     Verify {
         /// A session id (default: every session).
         id: Option<String>,
@@ -195,6 +199,12 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Store mode: write back what can be read of every damaged journal
+    /// file whose writer is gone (`verify` lists them; while one is in
+    /// `journal/`, no stored session can be taken for writing), then move
+    /// it to `journal/damaged/`, where it is kept. Prints what was written
+    /// back and how much could not be read.
+    SalvageJournals,
     /// Store mode: fork SRC into a new session CHILD seeded with SRC's first
     /// events; the child ends its seed with `session/end-seed`.
     Fork {
@@ -406,6 +416,7 @@ fn run_file(command: Command, out: &mut impl Write) -> Result<(), Failure> {
         Command::Export { .. } => Err(needs_store("export")),
         Command::Ls { .. } => Err(needs_store("ls")),
         Command::Verify { .. } => Err(needs_store("verify")),
+        Command::SalvageJournals => Err(needs_store("salvage-journals")),
         Command::Fork { .. } => Err(needs_store("fork")),
         Command::Rm { .. } => Err(needs_store("rm")),
         #[cfg(feature = "archive")]
@@ -475,6 +486,28 @@ fn refuse_file_target(dir: &Path, command: &str, target: &OsStr) -> Result<(), F
         path.display(),
         dir.display()
     )))
+}
+
+/// Prints what the store keeps but cannot read (entries of `sessions/`
+/// that are not sessions, damaged journal files); returns how many.
+fn unreadable(store: &Store, out: &mut impl Write) -> Result<u64, Failure> {
+    let mut n = 0;
+    for u in store.unaccounted().map_err(store_err)? {
+        writeln!(out, "UNACCOUNTED {}: {}", u.path.display(), u.reason).map_err(io_err)?;
+        n += 1;
+    }
+    for d in store.damaged_journals().map_err(store_err)? {
+        writeln!(
+            out,
+            "DAMAGED {}: {} at offset {}",
+            d.path.display(),
+            d.reason,
+            d.offset
+        )
+        .map_err(io_err)?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 fn sorted_ids(store: &Store) -> Result<Vec<String>, Failure> {
@@ -667,6 +700,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
         }
         Command::Verify { id, quiet } => {
             let store = open_read_only(dir)?;
+            let whole_store = id.is_none();
             let ids = match id {
                 Some(id) => vec![id],
                 None => sorted_ids(&store)?,
@@ -699,20 +733,83 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
                 }
             }
             progress.finish();
+            // What the store keeps but cannot read: never silently absent
+            // from a check of the whole store.
+            let kept = if whole_store {
+                unreadable(&store, out)?
+            } else {
+                0
+            };
             match worst {
-                None => Ok(()),
-                Some(f) if ids.len() == 1 => Err(f),
-                Some(f) => {
-                    let m = format!(
+                None if kept == 0 => Ok(()),
+                Some(f) if ids.len() == 1 && kept == 0 => Err(f),
+                _ => {
+                    let mut m = format!(
                         "{failed} of {} failed verification",
                         plural(ids.len() as u64, "session")
                     );
-                    Err(match f {
-                        Failure::Io(_) => Failure::Io(m),
+                    if kept > 0 {
+                        m.push_str(&format!(
+                            "; {} kept but not readable (listed above, as UNACCOUNTED or DAMAGED)\nhint: nothing was changed; an UNACCOUNTED directory is not a session until its HEADER is mended (it is never deleted); `salvage-journals` writes back what a DAMAGED journal still holds and moves it aside",
+                            plural(kept, "file")
+                        ));
+                    }
+                    Err(match worst {
+                        Some(Failure::Io(_)) => Failure::Io(m),
                         _ => Failure::Invalid(m),
                     })
                 }
             }
+        }
+        Command::SalvageJournals => {
+            let store = open_writer(dir, false)?;
+            let done = store.salvage_journals().map_err(store_err)?;
+            if done.is_empty() {
+                writeln!(out, "no damaged journal file without a writer").map_err(io_err)?;
+            }
+            for s in done {
+                writeln!(
+                    out,
+                    "salvaged {} ({} at offset {}): kept as {}; {} read",
+                    s.damage.path.display(),
+                    s.damage.reason,
+                    s.damage.offset,
+                    s.kept.display(),
+                    if s.entries == 1 {
+                        "1 entry".to_owned()
+                    } else {
+                        format!("{} entries", s.entries)
+                    },
+                )
+                .map_err(io_err)?;
+                for (id, n) in &s.replayed {
+                    writeln!(
+                        out,
+                        "  {}: {} written back",
+                        escape_field(id),
+                        plural(*n, "record")
+                    )
+                    .map_err(io_err)?;
+                }
+                for (id, why) in &s.skipped {
+                    writeln!(out, "  {}: not written back: {why}", escape_field(id))
+                        .map_err(io_err)?;
+                }
+                for (offset, why) in &s.unparsed {
+                    writeln!(out, "  entry at offset {offset} not readable: {why}")
+                        .map_err(io_err)?;
+                }
+                if s.unread > 0 {
+                    writeln!(
+                        out,
+                        "  {} not read from offset {} on (a torn tail, or entries behind damage: they stay in the kept file)",
+                        plural(s.unread, "non-zero byte"),
+                        s.end
+                    )
+                    .map_err(io_err)?;
+                }
+            }
+            Ok(())
         }
         Command::Fork { src, child, at } => {
             let store = open_writer(dir, false)?;

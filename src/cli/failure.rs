@@ -65,6 +65,9 @@ pub(crate) fn store_err(e: store::Error) -> Failure {
     // what to do about it.
     let hint = match &e {
         E::Rejected { .. } => "nothing of the batch was stored; fix the event and append again",
+        E::Corrupt { reason, .. } if reason.starts_with("journal:") => {
+            "nothing was changed; that journal file may hold the only copy of acknowledged batches, so no stored session is written while it lies there: `salvage-journals` writes back what it still holds and moves it to journal/damaged/"
+        }
         E::Corrupt { .. } => {
             "nothing was changed; `verify` lists every damaged session, the file and offset above say where to look, and `export --salvage ID` gets the readable part out"
         }

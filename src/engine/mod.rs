@@ -17,8 +17,9 @@
 //! - [`events`]: decoding a session batch by batch (collected or streamed);
 //! - [`tail`]: following a session as writers append to it;
 //! - [`journal`]: the store-wide journal of one handle (group commit of
-//!   durable appends across sessions), and [`replay`]: replaying the
-//!   journals of handles that are gone;
+//!   durable appends across sessions), [`replay`]: replaying the
+//!   journals of handles that are gone, and [`journal_salvage`]: reporting
+//!   and salvaging the journal files replay refuses;
 //! - [`periodic`]: the background threads (group commit, archive uploads);
 //! - [`options`], [`error`].
 //!
@@ -39,6 +40,7 @@ pub(crate) mod handle;
 #[path = "archive/off.rs"]
 pub(crate) mod hooks;
 pub(crate) mod journal;
+pub(crate) mod journal_salvage;
 pub(crate) mod load;
 pub(crate) mod locks;
 pub(crate) mod options;
@@ -58,6 +60,7 @@ pub use archive::{ArchiveOptions, ArchiveReport, ArchiveStats, EvictionPolicy};
 pub use error::{Error, Result};
 pub use events::{Batches, Events};
 pub use handle::Store;
+pub use journal_salvage::{DamagedJournal, JournalSalvage};
 pub use load::Recovery;
 pub use options::{Durability, Options};
 pub use read::{Derived, SessionStats, VerifyReport};

@@ -30,21 +30,21 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// An orphaned journal file, read whole under its replay lock.
-struct Orphan {
-    path: PathBuf,
-    bytes: Vec<u8>,
+pub(super) struct Orphan {
+    pub(super) path: PathBuf,
+    pub(super) bytes: Vec<u8>,
     _probe: SessionLock,
     _replay: SessionLock,
 }
 
 impl Store {
-    fn journal_dir(&self) -> PathBuf {
+    pub(super) fn journal_dir(&self) -> PathBuf {
         self.inner.registry.store_dir().join(journal::JOURNAL_DIR)
     }
 
     /// The journal files in the store, by number (none without the
     /// directory).
-    fn journal_files(&self) -> Result<Vec<(u64, PathBuf)>> {
+    pub(super) fn journal_files(&self) -> Result<Vec<(u64, PathBuf)>> {
         let dir = self.journal_dir();
         let names = match self.inner.vfs.read_dir(&dir) {
             Ok(n) => n,
@@ -63,7 +63,12 @@ impl Store {
     /// `None` when its owner lives (its entries of any session this handle
     /// can lock were synced before the owner let the session go), when a
     /// remover holds it (`exclusive` only), or when it is gone.
-    fn open_orphan(&self, number: u64, path: &Path, exclusive: bool) -> Result<Option<Orphan>> {
+    pub(super) fn open_orphan(
+        &self,
+        number: u64,
+        path: &Path,
+        exclusive: bool,
+    ) -> Result<Option<Orphan>> {
         let Some(locks) = &self.inner.locks else {
             return Ok(None);
         };
@@ -193,16 +198,26 @@ impl Store {
     /// that was never used (a header a crash cut, zeros after it). Damage
     /// is refused: its entries may be the only copy of acknowledged batches.
     fn scan_orphan<'a>(&self, o: &'a Orphan) -> Result<Option<Vec<Entry<'a>>>> {
+        self.scan_journal(&o.path, &o.bytes)
+    }
+
+    /// [`Store::scan_orphan`] of the bytes of journal file `path`; an error
+    /// is `Corrupt` naming the file and offset, its session empty.
+    pub(super) fn scan_journal<'a>(
+        &self,
+        path: &Path,
+        bytes: &'a [u8],
+    ) -> Result<Option<Vec<Entry<'a>>>> {
         let corrupt = |offset, reason: String| Error::Corrupt {
             session: String::new(),
-            segment: o.path.clone(),
+            segment: path.to_owned(),
             offset,
             reason: format!("journal: {reason}"),
         };
-        let scanned = match journal::scan(&o.bytes) {
+        let scanned = match journal::scan(bytes) {
             Ok(s) => s,
             Err(journal::JournalError::BadHeader(_))
-                if o.bytes
+                if bytes
                     .get(journal::HEADER_LEN..)
                     .is_none_or(|rest| rest.iter().all(|&b| b == 0)) =>
             {
@@ -215,7 +230,7 @@ impl Store {
         };
         if scanned.header.store_id != self.inner.store_id {
             return Err(corrupt(
-                16,
+                24,
                 "the journal belongs to another store".to_string(),
             ));
         }
@@ -224,7 +239,12 @@ impl Store {
 
     /// Writes each entry's record into its segment of session `id` (in
     /// `dir`) unless it is there, then syncs each segment written.
-    fn replay_entries(&self, id: &str, dir: &Path, entries: &[&Entry<'_>]) -> Result<u64> {
+    pub(super) fn replay_entries(
+        &self,
+        id: &str,
+        dir: &Path,
+        entries: &[&Entry<'_>],
+    ) -> Result<u64> {
         let vfs = &*self.inner.vfs;
         let mut by_segment: BTreeMap<u64, Vec<&Entry<'_>>> = BTreeMap::new();
         for en in entries {
@@ -292,7 +312,7 @@ impl Store {
     }
 }
 
-fn read_all(file: &dyn VfsFile) -> io::Result<Vec<u8>> {
+pub(super) fn read_all(file: &dyn VfsFile) -> io::Result<Vec<u8>> {
     let len = file.len()?;
     let mut bytes = vec![0u8; len as usize];
     file.read_exact_at(&mut bytes, 0)?;

@@ -162,26 +162,94 @@ pub struct Scanned<'a> {
 pub fn scan(b: &[u8]) -> Result<Scanned<'_>, JournalError> {
     let header = JournalHeader::decode(b)?;
     let mut entries = Vec::new();
-    let mut at = HEADER_LEN;
-    while at + 8 <= b.len() {
+    for (at, payload) in Frames::new(b) {
+        entries.push(parse_entry(payload).map_err(|reason| JournalError::BadEntry {
+            offset: at as u64,
+            reason,
+        })?);
+    }
+    Ok(Scanned { header, entries })
+}
+
+/// The framed entries of a journal file, as (offset, payload), while the
+/// framing and CRC hold; `at` is then where they stopped.
+struct Frames<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Frames<'a> {
+    fn new(b: &'a [u8]) -> Self {
+        Frames {
+            b,
+            at: HEADER_LEN.min(b.len()),
+        }
+    }
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = (usize, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (b, at) = (self.b, self.at);
+        if at + 8 > b.len() {
+            return None;
+        }
         let len = le_u32(b, at) as usize;
         if len == 0 || len > b.len() - at - 8 {
-            break;
+            return None;
         }
         let payload = &b[at + 8..at + 8 + len];
         let mut h = crc32fast::Hasher::new();
         h.update(&b[at..at + 4]);
         h.update(payload);
         if h.finalize() != le_u32(b, at + 4) {
-            break;
+            return None;
         }
-        entries.push(parse_entry(payload).map_err(|reason| JournalError::BadEntry {
-            offset: at as u64,
-            reason,
-        })?);
-        at += 8 + len;
+        self.at = at + 8 + len;
+        Some((at, payload))
     }
-    Ok(Scanned { header, entries })
+}
+
+/// What [`salvage`] could read of a journal file the store refused.
+#[derive(Debug)]
+pub struct Salvage<'a> {
+    /// Every entry whose checksum holds and that parses, in file order.
+    pub entries: Vec<Entry<'a>>,
+    /// Entries whose checksum holds but that do not parse: where each
+    /// starts and why (skipped: its framing still says where the next one
+    /// starts).
+    pub unparsed: Vec<(u64, String)>,
+    /// Where reading stopped: the first entry that is zero, torn or fails
+    /// its CRC, or the end of the file.
+    pub end: u64,
+    /// Non-zero bytes from `end` to the end of the file: a torn tail, or
+    /// entries hidden behind damage (nothing can tell which).
+    pub unread: u64,
+}
+
+/// Reads what can be read of a damaged journal file: the entries after the
+/// header whatever the header holds, skipping entries that do not parse,
+/// stopping where [`scan`] stops. No resynchronisation past that point: a
+/// later entry could only be replayed after a lost one, leaving a gap in
+/// its segment, which the segment's reader would take for corruption.
+pub fn salvage(b: &[u8]) -> Salvage<'_> {
+    let mut entries = Vec::new();
+    let mut unparsed = Vec::new();
+    let mut frames = Frames::new(b);
+    for (at, payload) in &mut frames {
+        match parse_entry(payload) {
+            Ok(e) => entries.push(e),
+            Err(reason) => unparsed.push((at as u64, reason)),
+        }
+    }
+    let end = frames.at;
+    Salvage {
+        entries,
+        unparsed,
+        end: end as u64,
+        unread: b[end..].iter().filter(|&&x| x != 0).count() as u64,
+    }
 }
 
 fn parse_entry(p: &[u8]) -> Result<Entry<'_>, String> {
@@ -272,6 +340,46 @@ mod tests {
         let mut cut = good.clone();
         cut.truncate(second + 5);
         assert_eq!(scan(&cut).unwrap().entries, es[..1]);
+    }
+
+    #[test]
+    fn salvage_reads_past_a_bad_header_and_an_unparsable_entry() {
+        let es = [
+            entry("a", b"rec-one", 64),
+            entry("b", b"rec-two", 80),
+            entry("c", b"rec-3", 96),
+        ];
+        let mut b = file(&es);
+        // An entry whose CRC holds but whose id length runs past it.
+        let second = HEADER_LEN + es[0].framed_len();
+        b[second + 8 + 32..second + 8 + 34].copy_from_slice(&u16::MAX.to_le_bytes());
+        let mut h = crc32fast::Hasher::new();
+        h.update(&b[second..second + 4]);
+        h.update(&b[second + 8..second + es[1].framed_len()]);
+        b[second + 4..second + 8].copy_from_slice(&h.finalize().to_le_bytes());
+        assert!(matches!(scan(&b), Err(JournalError::BadEntry { offset, .. }) if offset == second as u64));
+        b[3] ^= 1; // and a bad header
+        assert!(matches!(scan(&b), Err(JournalError::BadHeader(_))));
+        let s = salvage(&b);
+        assert_eq!(s.entries, [es[0], es[2]]);
+        assert_eq!(s.unparsed.len(), 1);
+        assert_eq!(s.unparsed[0].0, second as u64);
+        let end = HEADER_LEN + es.iter().map(|e| e.framed_len()).sum::<usize>();
+        assert_eq!((s.end, s.unread), (end as u64, 0));
+
+        // A flipped CRC ends the reading; what follows is counted, not read.
+        let third = second + es[1].framed_len();
+        b[third + 5] ^= 1;
+        let s = salvage(&b);
+        assert_eq!(s.entries, [es[0]]);
+        assert_eq!(s.end, third as u64);
+        let nonzero = b[third..].iter().filter(|&&x| x != 0).count() as u64;
+        assert!(s.unread > 0);
+        assert_eq!(s.unread, nonzero);
+        // Too short for a header: nothing, no panic.
+        let s = salvage(&b[..20]);
+        assert!(s.entries.is_empty());
+        assert_eq!(s.end, 20);
     }
 
     #[test]

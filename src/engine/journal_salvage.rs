@@ -1,0 +1,243 @@
+//! Journal files replay refuses (`format-spec.md` section 11, "Damage"):
+//! reporting them, and salvaging them when a person asks.
+//!
+//! A damaged orphaned journal may hold the only copy of acknowledged
+//! batches of any session, so while it lies in `journal/` no stored session
+//! can be taken for writing, and the store never removes it. Salvage is the
+//! way out: it writes back every entry that can still be read (the same
+//! checked, idempotent write-back as replay), then moves the file to
+//! `journal/damaged/`, where it is kept for a person to examine. After that,
+//! a session whose last acknowledged batches were only in the unreadable
+//! part of the file loads without them (a torn tail is cut as usual): the
+//! report says how much could not be read.
+
+use super::error::{Error, Result};
+use super::handle::Store;
+use crate::journal::{self, Entry};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::PathBuf;
+
+/// Where salvaged journal files are kept, inside the journal directory.
+pub(crate) const DAMAGED_DIR: &str = "damaged";
+
+/// A journal file replay refuses. While it lies in `journal/` (and its
+/// writer is gone), no stored session can be taken for writing:
+/// [`Store::salvage_journals`] is the way out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DamagedJournal {
+    /// The file.
+    pub path: PathBuf,
+    /// Where the damage is.
+    pub offset: u64,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// What [`Store::salvage_journals`] did with one damaged journal file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JournalSalvage {
+    /// The damage, as [`Store::damaged_journals`] reports it (`path` is
+    /// where the file was).
+    pub damage: DamagedJournal,
+    /// Where the file is kept now (`journal/damaged/`).
+    pub kept: PathBuf,
+    /// Entries that could be read.
+    pub entries: u64,
+    /// Per session: how many records were written back into its segments
+    /// (0 when they were all there already).
+    pub replayed: Vec<(String, u64)>,
+    /// Sessions whose entries were not written back, and why (another
+    /// record where the journal puts one, the session removed since, taken
+    /// by a writer that replayed it before the damage).
+    pub skipped: Vec<(String, String)>,
+    /// Entries whose checksum holds but that do not parse: offset, reason.
+    pub unparsed: Vec<(u64, String)>,
+    /// Where reading stopped (the first torn or failing entry).
+    pub end: u64,
+    /// Non-zero bytes from `end` on, not read: a torn tail, or entries
+    /// hidden behind damage (nothing can tell which).
+    pub unread: u64,
+}
+
+impl Store {
+    /// The journal files of the store that replay refuses, whether their
+    /// writer lives or not: a damaged header, an entry whose checksum holds
+    /// but that does not parse, another store's id. A file a crash cut
+    /// while it was being created (a header, zeros after) is not damage.
+    /// Works on read-only handles; `verify` reports these.
+    pub fn damaged_journals(&self) -> Result<Vec<DamagedJournal>> {
+        self.open_handle()?;
+        let mut damaged = Vec::new();
+        for (_, path) in self.journal_files()? {
+            let file = match self.inner.vfs.open(&path, false) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(source) => return Err(Error::Io { path, source }),
+            };
+            let bytes = super::replay::read_all(&*file).map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?;
+            if let Err(e) = self.scan_journal(&path, &bytes) {
+                damaged.push(damage_of(e)?);
+            }
+        }
+        Ok(damaged)
+    }
+
+    /// Salvages every damaged journal file whose writer is gone: writes
+    /// back into their segments the records of every entry that can still
+    /// be read (checked against the segment's identity, never over another
+    /// record), then moves the file to `journal/damaged/` (kept, never
+    /// deleted), so the sessions can be taken for writing again.
+    ///
+    /// What the unreadable part of a file held is lost to the store: a
+    /// session whose last acknowledged batches were only there loads
+    /// without them. The report says how much could not be read. A file
+    /// stays where it is if writing a session back fails with an I/O error
+    /// (the error is returned; run it again).
+    ///
+    /// ```
+    /// # use sessionlog::store::{Options, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path(), Options::default())?;
+    /// for damaged in store.damaged_journals()? {
+    ///     println!("{} at offset {}: {}", damaged.path.display(), damaged.offset, damaged.reason);
+    /// }
+    /// for s in store.salvage_journals()? {
+    ///     println!("kept {} ({} bytes unread)", s.kept.display(), s.unread);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn salvage_journals(&self) -> Result<Vec<JournalSalvage>> {
+        self.writable()?;
+        let Some(locks) = self.inner.locks.clone() else {
+            return Ok(Vec::new());
+        };
+        let mut done = Vec::new();
+        for (number, path) in self.journal_files()? {
+            // Exclusive: no replayer reads it while it is moved.
+            let Some(orphan) = self.open_orphan(number, &path, true)? else {
+                continue;
+            };
+            let damage = match self.scan_journal(&path, &orphan.bytes) {
+                Ok(_) => continue,
+                Err(e) => damage_of(e)?,
+            };
+            let read = journal::salvage(&orphan.bytes);
+            let mut by_session: BTreeMap<&str, Vec<&Entry<'_>>> = BTreeMap::new();
+            for en in &read.entries {
+                by_session.entry(en.session).or_default().push(en);
+            }
+            let (mut replayed, mut skipped) = (Vec::new(), Vec::new());
+            for (id, list) in by_session {
+                if self.holds(id) {
+                    // Taken by this handle, so before the damage: its
+                    // writer replayed (or its old writer synced) them then.
+                    skipped.push((id.to_owned(), "this handle writes it".to_owned()));
+                    continue;
+                }
+                let held = locks.try_lock(id).map_err(|source| Error::Io {
+                    path: locks.path().to_owned(),
+                    source,
+                })?;
+                if held.is_none() {
+                    skipped.push((id.to_owned(), "another handle writes it".to_owned()));
+                    continue;
+                }
+                let entry = match self.entry(id) {
+                    Ok(Some(e)) => e,
+                    Ok(None) => {
+                        skipped.push((id.to_owned(), "no such session (removed since)".into()));
+                        continue;
+                    }
+                    Err(e @ Error::Corrupt { .. }) => {
+                        skipped.push((id.to_owned(), e.to_string()));
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                match self.replay_entries(id, &entry.dir, &list) {
+                    Ok(n) => replayed.push((id.to_owned(), n)),
+                    Err(e @ Error::Corrupt { .. }) => skipped.push((id.to_owned(), e.to_string())),
+                    Err(e) => return Err(e),
+                }
+            }
+            let kept = self.keep_damaged(&path)?;
+            done.push(JournalSalvage {
+                damage,
+                kept,
+                entries: read.entries.len() as u64,
+                replayed,
+                skipped,
+                unparsed: read.unparsed,
+                end: read.end,
+                unread: read.unread,
+            });
+        }
+        Ok(done)
+    }
+
+    /// Whether this handle holds session `id`'s writer lock (its lock
+    /// table would grant it again, and dropping that would release it).
+    fn holds(&self, id: &str) -> bool {
+        let session = self.inner.sessions.read().expect("lock").get(id).cloned();
+        session.is_some_and(|s| s.lock().expect("session lock").lock.is_some())
+    }
+
+    /// Moves journal file `path` into `journal/damaged/`, durably: the new
+    /// name synced before the old one's removal, so a crash leaves it in
+    /// one place or the other, never neither.
+    fn keep_damaged(&self, path: &std::path::Path) -> Result<PathBuf> {
+        let vfs = &*self.inner.vfs;
+        let journal_dir = self.journal_dir();
+        let dir = journal_dir.join(DAMAGED_DIR);
+        let io_at = |path: &std::path::Path| {
+            let path = path.to_owned();
+            move |source| Error::Io { path, source }
+        };
+        match vfs.create_dir(&dir) {
+            Ok(()) => vfs.sync_dir(&journal_dir).map_err(io_at(&journal_dir))?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_at(&dir)(e)),
+        }
+        let name = path.file_name().expect("a journal file name").to_owned();
+        let mut kept = dir.join(&name);
+        for n in 1.. {
+            match vfs.rename_noreplace(path, &kept) {
+                Ok(()) => break,
+                // Never over a file kept before.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1000 => {
+                    let mut other = name.clone();
+                    other.push(format!(".{n}"));
+                    kept = dir.join(other);
+                }
+                Err(e) => return Err(io_at(&kept)(e)),
+            }
+        }
+        vfs.sync_dir(&dir).map_err(io_at(&dir))?;
+        vfs.sync_dir(&journal_dir).map_err(io_at(&journal_dir))?;
+        Ok(kept)
+    }
+}
+
+/// The damage a `Corrupt` from [`Store::scan_journal`] names; other errors
+/// pass through.
+fn damage_of(e: Error) -> Result<DamagedJournal> {
+    match e {
+        Error::Corrupt {
+            segment,
+            offset,
+            reason,
+            ..
+        } => Ok(DamagedJournal {
+            path: segment,
+            offset,
+            reason,
+        }),
+        other => Err(other),
+    }
+}
