@@ -66,10 +66,37 @@ fn sealed_segments_are_uploaded_evicted_and_fetched_back_on_demand() {
         assert_eq!(read_all(&store, "s"), log, "{}", bucket.name);
         store.close().unwrap();
 
+        // Temporary files of fetches a killed process left: only the one
+        // whose process is gone and that is a minute old goes, when the
+        // session is next loaded. The one named with this process's pid
+        // (a dead process's, the pid since reused) is the very name this
+        // process's first fetch of that segment picks: it takes another.
+        let dead = {
+            let mut child = std::process::Command::new("true").spawn().unwrap();
+            child.wait().unwrap();
+            child.id()
+        };
+        let tmp_name = |pid: u32| format!(".{}.{pid}-0.fetch.tmp", before[0]);
+        let stale = session_dir.join(tmp_name(dead));
+        let fresh = session_dir.join(format!(".{}.{dead}-1.fetch.tmp", before[0]));
+        let live = session_dir.join(tmp_name(std::process::id()));
+        let two_minutes_ago = std::time::SystemTime::now() - Duration::from_secs(120);
+        for (path, old) in [(&stale, true), (&fresh, false), (&live, true)] {
+            let f = std::fs::File::create(path).unwrap();
+            if old {
+                f.set_modified(two_minutes_ago).unwrap();
+            }
+        }
+
         // Reopened: the evicted segments come back as the reads need them.
         let store =
             Store::open(&dir, host_options(&bucket, "a", EvictionPolicy::default())).unwrap();
         assert_eq!(read_all(&store, "s"), log, "{}", bucket.name);
+        assert!(!stale.exists(), "{}", bucket.name);
+        assert!(fresh.exists() && live.exists(), "{}", bucket.name);
+        for path in [&fresh, &live] {
+            std::fs::remove_file(path).unwrap();
+        }
         let stats = store.archive_stats().unwrap();
         assert!(
             stats.objects_fetched >= before.len() as u64 - 1,
