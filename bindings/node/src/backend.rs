@@ -217,42 +217,49 @@ impl EventText {
     /// every event was written.
     pub fn next_chunk(&mut self, max_bytes: usize) -> Result<Option<String>> {
         let mut out: Vec<u8> = Vec::new();
-        while out.len() < max_bytes {
+        if !self.write_array(&mut out, max_bytes)? {
+            return Ok(None);
+        }
+        Ok(Some(into_string(out)))
+    }
+
+    /// Every remaining event as one JSON array (`[]` when none is left).
+    fn write_all(&mut self, out: &mut Vec<u8>) -> Result<()> {
+        if !self.write_array(out, usize::MAX)? {
+            out.extend_from_slice(b"[]");
+        }
+        Ok(())
+    }
+
+    /// Appends to `out` a JSON array of the events of the next whole
+    /// batches: at least one, then more until `out` has grown by
+    /// `max_bytes` or no batch is left; `false` (and nothing written) when
+    /// none was left.
+    fn write_array(&mut self, out: &mut Vec<u8>, max_bytes: usize) -> Result<bool> {
+        let start = out.len();
+        let mut first = true;
+        // At least one batch, whatever `max_bytes` says.
+        loop {
             let wrote = self.batches.next_with(|events| {
                 for e in events {
-                    out.push(if out.is_empty() { b'[' } else { b',' });
-                    write_event(&mut out, e);
+                    out.push(if first { b'[' } else { b',' });
+                    first = false;
+                    write_event(out, e);
                 }
             });
             match wrote {
                 None => break,
                 Some(r) => r?,
             }
-        }
-        if out.is_empty() {
-            return Ok(None);
-        }
-        out.push(b']');
-        Ok(Some(into_string(out)))
-    }
-
-    /// Every remaining event as one JSON array (`[]` when none is left).
-    fn write_all(&mut self, out: &mut Vec<u8>) -> Result<()> {
-        let mut first = true;
-        while let Some(r) = self.batches.next_with(|events| {
-            for e in events {
-                out.push(if first { b'[' } else { b',' });
-                first = false;
-                write_event(out, e);
+            if out.len() - start >= max_bytes {
+                break;
             }
-        }) {
-            r?;
         }
         if first {
-            out.push(b'[');
+            return Ok(false);
         }
         out.push(b']');
-        Ok(())
+        Ok(true)
     }
 }
 
