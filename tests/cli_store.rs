@@ -358,7 +358,14 @@ fn verify_reports_unreadable_sessions_and_journals_and_salvage_moves_the_journal
     let mut bytes = std::fs::read(&header).unwrap();
     bytes[40] ^= 0x20;
     std::fs::write(&header, &bytes).unwrap();
-    assert_eq!(ok(&store, &["ls"]).lines().count(), 1);
+    let r = sl(&store, &["ls"]);
+    assert_eq!((r.code, r.stdout.lines().count()), (0, 1), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("warning: 1 entry of sessions/ is not a readable session"),
+        "{}",
+        r.stderr
+    );
     let r = sl(&store, &["verify"]);
     assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("OK a events=6"), "{}", r.stdout);

@@ -180,7 +180,9 @@ enum Command {
     },
     /// Store mode: list the sessions, one per line: id, createdAt,
     /// parentSession (`-` when none), tab separated, sorted by id; control
-    /// characters and backslashes in ids are escaped as in JSON.
+    /// characters and backslashes in ids are escaped as in JSON. Entries of
+    /// `sessions/` that are not readable sessions are counted in a warning
+    /// on stderr (`verify` lists them).
     Ls {
         /// Print a JSON array of the session headers instead.
         #[arg(long)]
@@ -675,6 +677,19 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
         Command::Ls { json } => {
             let store = open_read_only(dir)?;
             let headers = store.list().map_err(store_err)?;
+            // A session whose HEADER was damaged cannot be listed: say that
+            // something is there rather than let it vanish without a word.
+            let unaccounted = store.unaccounted().map_err(store_err)?.len() as u64;
+            if unaccounted > 0 {
+                let (what, verb, them) = if unaccounted == 1 {
+                    ("entry", "is", "it")
+                } else {
+                    ("entries", "are", "them")
+                };
+                eprintln!(
+                    "warning: {unaccounted} {what} of sessions/ {verb} not a readable session (kept, never deleted): `verify` lists {them}"
+                );
+            }
             if json {
                 let mut buf = b"[".to_vec();
                 for (i, h) in headers.iter().enumerate() {
