@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{ev, turn_log};
+use common::{next_turn, turn_log};
 use sessionlog::checkpoint::{self, CHECKPOINT_FILE, Section};
 use sessionlog::event::OwnedEvent;
 use sessionlog::header::SessionHeader;
@@ -21,20 +21,6 @@ fn log(turns: u64, open_last: bool) -> Vec<OwnedEvent> {
         out.pop();
     }
     out
-}
-
-/// One more closed turn after `log`.
-fn next_turn(log: &[OwnedEvent]) -> Vec<OwnedEvent> {
-    let s = log.len();
-    vec![
-        ev(&format!(
-            r#"{{"type":"turn/start","seq":{s},"time":99,"data":{{"turn":99}}}}"#
-        )),
-        ev(&format!(
-            r#"{{"type":"turn/end","seq":{},"time":99,"data":{{"turn":99,"reason":{{"kind":"completed"}}}}}}"#,
-            s + 1
-        )),
-    ]
 }
 
 fn opts() -> Options {

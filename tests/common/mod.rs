@@ -20,6 +20,20 @@ pub fn ev(text: &str) -> OwnedEvent {
     Event::from_json(text).unwrap().into_owned()
 }
 
+/// One more closed turn (turn/start, turn/end) after `log`.
+pub fn next_turn(log: &[OwnedEvent]) -> Vec<OwnedEvent> {
+    let s = log.len();
+    vec![
+        ev(&format!(
+            r#"{{"type":"turn/start","seq":{s},"time":99,"data":{{"turn":99}}}}"#
+        )),
+        ev(&format!(
+            r#"{{"type":"turn/end","seq":{},"time":99,"data":{{"turn":99,"reason":{{"kind":"completed"}}}}}}"#,
+            s + 1
+        )),
+    ]
+}
+
 /// A log of `turns` turns (turn/start, user/message, turn/end) starting at
 /// seq 0; message sizes vary so batches have different sizes.
 pub fn turn_log(turns: u64, tag: &str) -> Vec<OwnedEvent> {
