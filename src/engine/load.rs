@@ -5,7 +5,7 @@ use super::error::{Error, Result, io_at, segment_error};
 use super::handle::Store;
 use super::registry::SessionEntry;
 use super::remote::Remote;
-use super::session::{NodeLocs, Seg, Session, View, crc_at, verbatim_range};
+use super::session::{LastRecord, NodeLocs, Seg, Session, View, crc_at, verbatim_range};
 use crate::checkpoint::{self, BatchIndex, Checkpoint, Coverage};
 use crate::codec;
 use crate::lineage::Lineage;
@@ -321,12 +321,7 @@ impl Store {
                 } else {
                     s.batches = batches;
                     s.last_time = ck.last_time();
-                    s.last_record = Some((
-                        c.segment_first_seq,
-                        c.last_record_offset,
-                        c.end_offset,
-                        c.last_record_crc,
-                    ));
+                    s.last_record = Some(LastRecord::of(&c));
                     covered = Some(c);
                     s.unverified = Some((c.segment_first_seq, c.end_offset));
                     s.lazy = Some(Arc::new(ck));

@@ -3,7 +3,7 @@
 
 use super::error::{Error, Result};
 use super::locks::SessionLock;
-use crate::checkpoint::{BatchEntry, BatchIndex, Checkpoint, DataLoc};
+use crate::checkpoint::{BatchEntry, BatchIndex, Checkpoint, Coverage, DataLoc};
 use crate::derive::DeriveCache;
 use crate::event::OwnedEvent;
 use crate::header::SessionHeader;
@@ -25,6 +25,41 @@ pub(super) struct Seg {
     pub(super) path: PathBuf,
     pub(super) map: SegmentBytes,
     pub(super) remote: Option<Arc<super::remote::Remote>>,
+}
+
+/// Where a session's newest record lies and its CRC field: a checkpoint's
+/// [`Coverage`] without the next seq (which the session's state holds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct LastRecord {
+    pub(super) segment_first_seq: u64,
+    /// The record frame's offset in that segment.
+    pub(super) offset: u64,
+    /// Just past the record.
+    pub(super) end: u64,
+    pub(super) crc: u32,
+}
+
+impl LastRecord {
+    /// What a checkpoint's coverage says of it.
+    pub(super) fn of(c: &Coverage) -> Self {
+        LastRecord {
+            segment_first_seq: c.segment_first_seq,
+            offset: c.last_record_offset,
+            end: c.end_offset,
+            crc: c.last_record_crc,
+        }
+    }
+
+    /// The coverage of a checkpoint ending at this record.
+    pub(super) fn coverage(self, next_seq: u64) -> Coverage {
+        Coverage {
+            segment_first_seq: self.segment_first_seq,
+            last_record_offset: self.offset,
+            end_offset: self.end,
+            last_record_crc: self.crc,
+            next_seq,
+        }
+    }
 }
 
 /// One loaded session.
@@ -49,8 +84,8 @@ pub(super) struct Session {
     pub(super) batches: BatchIndex,
     pub(super) node_locs: Arc<NodeLocs>,
     pub(super) last_time: i64,
-    /// The newest record: (segment, frame offset, end offset, crc).
-    pub(super) last_record: Option<(u64, u64, u64, u32)>,
+    /// The newest record: what a checkpoint's coverage names.
+    pub(super) last_record: Option<LastRecord>,
     pub(super) since_checkpoint: u64,
     pub(super) dirty: bool,
     pub(super) poisoned: bool,
@@ -263,7 +298,12 @@ impl Session {
             offset: b.offset,
         });
         self.last_time = last_time;
-        self.last_record = Some((segment, b.offset, b.end(), crc_at(map, b.offset)));
+        self.last_record = Some(LastRecord {
+            segment_first_seq: segment,
+            offset: b.offset,
+            end: b.end(),
+            crc: crc_at(map, b.offset),
+        });
         Ok(())
     }
 

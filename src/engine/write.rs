@@ -7,7 +7,7 @@ use super::handle::Store;
 use super::options::Durability;
 use super::registry::PublishError;
 use super::session::{Seg, Session, View};
-use crate::checkpoint::{self, CheckpointBody, Coverage};
+use crate::checkpoint::{self, CheckpointBody};
 use crate::codec;
 use crate::event::{Event, OwnedEvent};
 use crate::segment::{self, SegmentIdent, SegmentWriter};
@@ -435,7 +435,7 @@ impl Store {
     /// replacement made stale rather than rebuild it, since the rebuild is
     /// O(surface) and a stale cache only makes the next derive rebuild it.
     pub(super) fn write_checkpoint(&self, s: &mut Session, complete: bool) -> Result<()> {
-        let Some((segment_first_seq, last_record_offset, end_offset, crc)) = s.last_record else {
+        let Some(last) = s.last_record else {
             return Ok(());
         };
         if s.lock.is_none() {
@@ -462,13 +462,7 @@ impl Store {
                 })?;
         }
         let body = CheckpointBody {
-            coverage: Coverage {
-                segment_first_seq,
-                last_record_offset,
-                end_offset,
-                last_record_crc: crc,
-                next_seq: s.state.next_seq(),
-            },
+            coverage: last.coverage(s.state.next_seq()),
             last_time: s.last_time,
             state: s.state.clone(),
             derive: s.derive.clone(),
