@@ -5,7 +5,7 @@ use super::error::{Error, Result, io_at, segment_error};
 use super::handle::Store;
 use super::registry::SessionEntry;
 use super::remote::Remote;
-use super::session::{LastRecord, NodeLocs, Seg, Session, View, crc_at, verbatim_range};
+use super::session::{LastRecord, NodeLocs, Seg, Session, View, verbatim_range};
 use crate::checkpoint::{self, BatchIndex, Checkpoint, Coverage};
 use crate::codec;
 use crate::lineage::Lineage;
@@ -306,7 +306,7 @@ impl Store {
                 .is_some_and(|loc| {
                     loc.end() == c.end_offset
                         && loc.last_seq() + 1 == c.next_seq
-                        && crc_at(&maps[i], loc.offset) == c.last_record_crc
+                        && segment::frame_crc_field(&maps[i], loc.offset) == c.last_record_crc
                 });
                 if !ok {
                     return Err(missing(format!(

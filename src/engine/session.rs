@@ -302,7 +302,7 @@ impl Session {
             segment_first_seq: segment,
             offset: b.offset,
             end: b.end(),
-            crc: crc_at(map, b.offset),
+            crc: segment::frame_crc_field(map, b.offset),
         });
         Ok(())
     }
@@ -337,9 +337,4 @@ pub(super) fn verbatim_range(map: &[u8], data: &str) -> Option<Range<usize>> {
     let start = (data.as_ptr() as usize).checked_sub(map.as_ptr() as usize)?;
     let end = start + data.len();
     (end <= map.len()).then_some(start..end)
-}
-
-pub(super) fn crc_at(map: &[u8], offset: u64) -> u32 {
-    let o = offset as usize + 4;
-    u32::from_le_bytes(map[o..o + 4].try_into().expect("4 bytes"))
 }

@@ -30,6 +30,14 @@ pub(super) fn frame_trailer(salt: u32, crc: u32) -> u32 {
     crc ^ salt
 }
 
+/// The CRC field of the record frame at `offset` of segment bytes `map`
+/// (the frame must be there: the caller found it by a scan or an index).
+/// A checkpoint's coverage keeps it to prove the log at that offset is the
+/// log it was taken from.
+pub fn frame_crc_field(map: &[u8], offset: u64) -> u32 {
+    crate::format::bytes::le_u32(map, offset as usize + 4)
+}
+
 /// Encodes one record frame for a segment with salt `salt` into `out`
 /// (cleared first): `len | crc | first_seq | count | codec_bytes | trailer`.
 ///

@@ -62,6 +62,7 @@ mod writer;
 pub use footer::{Footer, verify_footer};
 #[cfg(any(test, feature = "internals"))]
 pub use frame::encode_frame;
+pub use frame::frame_crc_field;
 pub use header::{SegmentIdent, read_header};
 pub use reader::{Committed, committed_end, map_sealed_with};
 #[cfg(any(test, feature = "internals"))]
