@@ -9,7 +9,10 @@
 //! Before the engine split, loading held the store-wide session map lock
 //! through the replay, so every append waited for the rebuild.
 //!
-//! Prints p50/p99/max of both phases and the number of rebuilds, side by
+//! Prints p50/p99/max of each phase (alone; while other handles in the
+//! appender's process rebuild the big session; while another process
+//! does; while a thread does and a third thread derives it in the
+//! appender's own handle; alone again) and the number of rebuilds, side by
 //! side in one run. Run with `cargo bench --bench isolation`.
 
 mod common;
@@ -34,7 +37,38 @@ fn event(seq: u64) -> OwnedEvent {
     .into_owned()
 }
 
+/// Set in the child process that rebuilds the big session (the store's
+/// directory): it rebuilds until killed, printing a line per rebuild.
+const REBUILDER_ENV: &str = "SESSIONLOG_ISOLATION_REBUILD";
+
+/// Where the big session is rebuilt meanwhile.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rebuild {
+    Nowhere,
+    /// In another thread of the appender's process (new handles each time).
+    Thread,
+    /// In another process.
+    Process,
+}
+
+fn rebuild_forever(dir: &std::path::Path) {
+    use std::io::Write;
+    loop {
+        let reader = Store::open_read_only(dir).expect("open reader");
+        reader.next_seq("big").expect("rebuild big");
+        drop(reader);
+        let mut out = std::io::stdout().lock();
+        if writeln!(out, "rebuilt").and_then(|()| out.flush()).is_err() {
+            return;
+        }
+    }
+}
+
 fn main() {
+    if let Some(dir) = std::env::var_os(REBUILDER_ENV) {
+        rebuild_forever(std::path::Path::new(&dir));
+        return;
+    }
     let smoke = common::smoke();
     let big_events = if smoke { 20_000 } else { 1_000_000 };
     let phase = if smoke {
@@ -80,10 +114,12 @@ fn main() {
     )
     .expect("open");
     let next = Arc::new(AtomicU64::new(store.next_seq("small").expect("small")));
-    let run = |rebuild: bool| -> (Vec<Duration>, u64) {
+    // `other`: rebuild the big session again and again in other handles;
+    // `own`: derive it in the appender's own handle meanwhile.
+    let run = |other: Rebuild, own: bool| -> (Vec<Duration>, u64) {
         let stop = Arc::new(AtomicBool::new(false));
         let rebuilds = Arc::new(AtomicU64::new(0));
-        let rebuilder = rebuild.then(|| {
+        let rebuilder = (other == Rebuild::Thread).then(|| {
             let (dir, stop, rebuilds) = (dir.clone(), stop.clone(), rebuilds.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
@@ -94,9 +130,16 @@ fn main() {
                 }
             })
         });
+        let child = (other == Rebuild::Process).then(|| {
+            std::process::Command::new(std::env::current_exe().expect("this bench"))
+                .env(REBUILDER_ENV, &dir)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("start the rebuilding process")
+        });
         // Rebuilds also in the writer's own handle: its map must not be
         // held while a session loads.
-        let own = rebuild.then(|| {
+        let own = own.then(|| {
             let (store, stop) = (store.clone(), stop.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
@@ -117,12 +160,23 @@ fn main() {
         for t in [rebuilder, own].into_iter().flatten() {
             t.join().expect("join");
         }
+        if let Some(mut child) = child {
+            use std::io::Read;
+            child.kill().expect("stop the rebuilding process");
+            let mut lines = String::new();
+            let mut stdout = child.stdout.take().expect("piped");
+            stdout.read_to_string(&mut lines).expect("its output");
+            let _ = child.wait();
+            rebuilds.fetch_add(lines.lines().count() as u64, Ordering::Relaxed);
+        }
         lat.sort();
         (lat, rebuilds.load(Ordering::Relaxed))
     };
-    let (alone, _) = run(false);
-    let (during, rebuilds) = run(true);
-    let (again, _) = run(false);
+    let (alone, _) = run(Rebuild::Nowhere, false);
+    let (rebuilt, rebuilds) = run(Rebuild::Thread, false);
+    let (elsewhere, rebuilds_elsewhere) = run(Rebuild::Process, false);
+    let (both, rebuilds_both) = run(Rebuild::Thread, true);
+    let (again, _) = run(Rebuild::Nowhere, false);
     let row = |name: &str, l: &[Duration]| {
         println!(
             "| {name} | {} | {:.0} | {:.0} | {:.0} |",
@@ -133,11 +187,22 @@ fn main() {
         )
     };
     println!(
-        "isolation: Sync appends of one event to a small session; big session {big_len} events, rebuilt {rebuilds} times during the second phase"
+        "isolation: Sync appends of one event to a small session; big session {big_len} events, rebuilt {rebuilds}, {rebuilds_elsewhere} and {rebuilds_both} times in the second, third and fourth phases"
     );
     println!("| phase | appends | p50 us | p99 us | max us |");
     println!("| --- | ---: | ---: | ---: | ---: |");
     row("alone", &alone);
-    row("while another session is rebuilt", &during);
+    row(
+        "while another session is rebuilt (another thread)",
+        &rebuilt,
+    );
+    row(
+        "while another session is rebuilt (another process)",
+        &elsewhere,
+    );
+    row(
+        "rebuilt (another thread) and derived in the appender's handle",
+        &both,
+    );
     row("alone again", &again);
 }

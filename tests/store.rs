@@ -946,6 +946,36 @@ fn small_sessions_keep_no_preallocated_space() {
     assert!(allocated < 1000 * (256 << 10), "{allocated}");
 }
 
+/// A `Derived` is a snapshot: appends after it do not change it (the
+/// cache it shares with the session is copied before the session's is
+/// updated), and a new `derive` sees them.
+#[test]
+fn a_derived_history_is_a_snapshot_of_its_moment() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_session(dir.path(), small_opts(), "s");
+    store.append("s", &turn_log()).unwrap();
+    let messages = |d: &sessionlog::store::Derived| -> Vec<String> {
+        d.messages().map(|m| m.to_json()).collect()
+    };
+    let before = store.derive("s").unwrap();
+    let again = store.derive("s").unwrap();
+    assert_eq!(messages(&before), messages(&again));
+    assert_eq!(messages(&before).len(), 2);
+    let n = store.next_seq("s").unwrap();
+    let more = [build::tool_result(n, 6, 1, 1, "c1", 4, "done", false)];
+    let borrowed: Vec<Event<'_>> = more.iter().map(|e| e.borrowed()).collect();
+    store.append("s", &borrowed).unwrap();
+    let after = store.derive("s").unwrap();
+    assert_eq!(
+        messages(&before).len(),
+        2,
+        "the earlier snapshot is unchanged"
+    );
+    assert_eq!(messages(&again), messages(&before));
+    assert_eq!(messages(&after).len(), 3);
+    assert_eq!(messages(&after)[..2], messages(&before)[..]);
+}
+
 /// An open session's segment grows with its data: a session holding a few
 /// records has zero-filled 64 KiB, not the 1 MiB step (each zeroed byte is
 /// written and synced, and an evicted session, trimmed on release, pays it
