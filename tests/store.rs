@@ -1063,10 +1063,25 @@ fn tail_follows_another_writer() {
             .unwrap()
             .is_empty()
     );
+    // A replaced session ends the follow: the new log of that id is
+    // another one, never read as this one's continuation (before, the
+    // follower waited silently for seqs the new log did not reach).
+    let new_log: Vec<Event<'_>> = log[..5].iter().map(|e| e.borrowed()).collect();
+    writer
+        .import(SessionHeader::new("s", 0), &new_log, true)
+        .unwrap();
+    assert!(matches!(
+        tail.wait(std::time::Duration::from_millis(50)),
+        Err(Error::Replaced(ref id)) if id == "s"
+    ));
+    assert!(matches!(tail.poll(), Err(Error::Replaced(_))));
+    // Following again reads the new one.
+    let mut again = reader.tail("s", 0).unwrap();
+    assert_eq!(again.poll().unwrap(), log[..5]);
     // A deleted session ends the follow.
     writer.delete("s").unwrap();
     assert!(matches!(
-        tail.wait(std::time::Duration::from_millis(50)),
+        again.wait(std::time::Duration::from_millis(50)),
         Err(Error::NotFound(_))
     ));
 }

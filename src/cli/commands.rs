@@ -555,7 +555,8 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
             if !follow {
                 return Ok(());
             }
-            // Until interrupted, the output closed or the session deleted.
+            // Until interrupted, the output closed or the session deleted
+            // or replaced (both errors, exit 1).
             loop {
                 let events = tail
                     .wait(std::time::Duration::from_secs(1))

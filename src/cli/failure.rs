@@ -72,6 +72,7 @@ pub(crate) fn store_err(e: store::Error) -> Failure {
             "nothing was changed; `verify` lists every damaged session, the file and offset above say where to look, and `export --salvage ID` gets the readable part out"
         }
         E::NotFound(_) => "`ls` lists the stored sessions",
+        E::Replaced(_) => "run `tail` again to follow the new session of that id",
         E::Exists(_) => "choose another id, or `import --replace`",
         E::BadId { .. } => "session ids must be non-empty",
         E::TooLarge { .. } => "append the events in smaller batches",

@@ -90,6 +90,13 @@ pub enum Error {
     /// No such session.
     #[error("session {0:?} does not exist")]
     NotFound(String),
+    /// The session a [`Tail`](crate::store::Tail) follows was replaced (an
+    /// `import --replace`, or deleted and created again): the new session
+    /// of that id is another log, which this follower does not read.
+    #[error(
+        "session {0:?} was replaced while it was followed (another incarnation of that id); follow it again to read the new one"
+    )]
+    Replaced(String),
     /// The session already exists.
     #[error("session {0:?} already exists")]
     Exists(String),

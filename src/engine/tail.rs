@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 pub struct Tail {
     store: Store,
     id: String,
+    /// The incarnation followed: another one is [`Error::Replaced`].
+    incarnation: String,
     next: u64,
     dir: PathBuf,
     watch: Option<Watch>,
@@ -37,6 +39,7 @@ impl Store {
         Ok(Tail {
             store: self.clone(),
             id: id.to_owned(),
+            incarnation: self.incarnation(id)?,
             next: from,
             watch: Watch::new(&dir),
             dir,
@@ -51,18 +54,33 @@ impl Tail {
     }
 
     /// The events stored from the follow position on, now (possibly none);
-    /// the position moves past them.
+    /// the position moves past them. A session replaced since the follow
+    /// began (another incarnation of the id) is [`Error::Replaced`], a
+    /// deleted one [`Error::NotFound`]: its events are never mixed in.
     pub fn poll(&mut self) -> Result<Vec<OwnedEvent>> {
+        self.same_incarnation()?;
         let events = self.store.read_stored_from(&self.id, self.next)?;
+        // Checked again: a replacement between the check and the read must
+        // not hand out the new log's events as this one's.
+        self.same_incarnation()?;
         if let Some(last) = events.last() {
             self.next = last.seq + 1;
         }
         Ok(events)
     }
 
+    fn same_incarnation(&self) -> Result<()> {
+        if self.store.incarnation(&self.id)? == self.incarnation {
+            Ok(())
+        } else {
+            Err(Error::Replaced(self.id.clone()))
+        }
+    }
+
     /// Like [`Tail::poll`], but when nothing new is stored, waits up to
     /// `timeout` for something to be (an empty result means none came).
-    /// A deleted session is [`Error::NotFound`].
+    /// A deleted session is [`Error::NotFound`], a replaced one
+    /// [`Error::Replaced`].
     pub fn wait(&mut self, timeout: Duration) -> Result<Vec<OwnedEvent>> {
         let deadline = Instant::now() + timeout;
         loop {
