@@ -224,7 +224,9 @@ enum Command {
         /// The session id.
         id: String,
     },
-    /// Store mode: sizes of one session (or all, plus a total line).
+    /// Store mode: sizes of one session (or all, plus a total line; entries
+    /// of `sessions/` that are not readable sessions are counted in a
+    /// warning on stderr).
     Stats {
         /// A session id (default: every session).
         id: Option<String>,
@@ -490,6 +492,24 @@ fn refuse_file_target(dir: &Path, command: &str, target: &OsStr) -> Result<(), F
     )))
 }
 
+/// A session whose HEADER was damaged cannot be listed: `ls` and `stats`
+/// say on stderr that something is there rather than let it vanish from
+/// their output without a word.
+fn warn_unaccounted(store: &Store) -> Result<(), Failure> {
+    let unaccounted = store.unaccounted().map_err(store_err)?.len() as u64;
+    if unaccounted > 0 {
+        let (what, verb, them) = if unaccounted == 1 {
+            ("entry", "is", "it")
+        } else {
+            ("entries", "are", "them")
+        };
+        eprintln!(
+            "warning: {unaccounted} {what} of sessions/ {verb} not a readable session (kept, never deleted, not counted here): `verify` lists {them}"
+        );
+    }
+    Ok(())
+}
+
 /// Prints what the store keeps but cannot read (entries of `sessions/`
 /// that are not sessions, damaged journal files); returns how many.
 fn unreadable(store: &Store, out: &mut impl Write) -> Result<u64, Failure> {
@@ -678,19 +698,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
         Command::Ls { json } => {
             let store = open_read_only(dir)?;
             let headers = store.list().map_err(store_err)?;
-            // A session whose HEADER was damaged cannot be listed: say that
-            // something is there rather than let it vanish without a word.
-            let unaccounted = store.unaccounted().map_err(store_err)?.len() as u64;
-            if unaccounted > 0 {
-                let (what, verb, them) = if unaccounted == 1 {
-                    ("entry", "is", "it")
-                } else {
-                    ("entries", "are", "them")
-                };
-                eprintln!(
-                    "warning: {unaccounted} {what} of sessions/ {verb} not a readable session (kept, never deleted): `verify` lists {them}"
-                );
-            }
+            warn_unaccounted(&store)?;
             if json {
                 let mut buf = b"[".to_vec();
                 for (i, h) in headers.iter().enumerate() {
@@ -872,6 +880,9 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
         Command::Stats { id, json } => {
             let store = open_read_only(dir)?;
             let all = id.is_none();
+            if all {
+                warn_unaccounted(&store)?;
+            }
             let ids = match id {
                 Some(id) => vec![id],
                 None => sorted_ids(&store)?,
