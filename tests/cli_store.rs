@@ -366,6 +366,10 @@ fn verify_reports_unreadable_sessions_and_journals_and_salvage_moves_the_journal
         "{}",
         r.stderr
     );
+    let r = sl(&store, &["stats"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("total sessions=1 "), "{}", r.stdout);
+    assert!(r.stderr.contains("1 entry of sessions/"), "{}", r.stderr);
     let r = sl(&store, &["verify"]);
     assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("OK a events=6"), "{}", r.stdout);
