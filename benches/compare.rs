@@ -234,30 +234,7 @@ struct Workload {
 
 impl Workload {
     fn generate(n: usize) -> Workload {
-        let mut sample = Sample::new(SampleConfig::default());
-        let mut events: Vec<OwnedEvent> = Vec::with_capacity(n + 1024);
-        let mut sessions = 0;
-        while events.len() < n {
-            let (_, part) = sample.session(&format!("s{sessions}"));
-            sessions += 1;
-            let offset = events.len() as u64;
-            for mut e in part {
-                e.seq += offset;
-                // Sample times advance by 7 ms per event from the same start.
-                e.time += 7 * offset as i64;
-                if let Some(src) = &mut e.source_event_seqs {
-                    for s in src.iter_mut() {
-                        *s += offset;
-                    }
-                }
-                if let Some(SurfaceOp::Replace { start, end }) = &mut e.surface_op {
-                    *start += offset;
-                    *end += offset;
-                }
-                events.push(e);
-            }
-        }
-        events.truncate(n);
+        let (events, sessions) = Sample::new(SampleConfig::default()).long_session(n);
         let mut state = SessionState::new(false);
         state
             .append_batch(&events, &Vec::<Event>::new())

@@ -9,6 +9,8 @@ mod demo;
 mod failure;
 #[path = "cli/progress.rs"]
 mod progress;
+#[path = "cli/space.rs"]
+mod space;
 #[path = "cli/transfer.rs"]
 mod transfer;
 

@@ -228,6 +228,38 @@ impl Sample {
         }
         (header, b.events)
     }
+
+    /// A long session of `n` events: sessions of this generator (ids `s0`,
+    /// `s1`, ...) concatenated into one log from seq 0, each shifted by
+    /// the events before it (seqs, source seqs, replaced ranges, and
+    /// times by 7 ms per event), so the whole is one valid session. What
+    /// the benchmarks write. It may end inside a turn. Returns the events
+    /// and how many sessions went into them.
+    pub fn long_session(&mut self, n: usize) -> (Vec<OwnedEvent>, usize) {
+        let mut events: Vec<OwnedEvent> = Vec::with_capacity(n + 1024);
+        let mut k = 0;
+        while events.len() < n {
+            let (_, part) = self.session(&format!("s{k}"));
+            k += 1;
+            let offset = events.len() as u64;
+            for mut e in part {
+                e.seq += offset;
+                e.time += 7 * offset as i64;
+                if let Some(src) = &mut e.source_event_seqs {
+                    for s in src.iter_mut() {
+                        *s += offset;
+                    }
+                }
+                if let Some(SurfaceOp::Replace { start, end }) = &mut e.surface_op {
+                    *start += offset;
+                    *end += offset;
+                }
+                events.push(e);
+            }
+        }
+        events.truncate(n);
+        (events, k)
+    }
 }
 
 /// Appends events with contiguous seqs and advancing times, tracking the

@@ -20,8 +20,9 @@
 #[cfg(feature = "archive")]
 pub use crate::engine::{ArchiveOptions, ArchiveReport, ArchiveStats, EvictionPolicy};
 pub use crate::engine::{
-    Batches, DamagedJournal, Derived, Durability, Error, Events, JournalSalvage, Options, Recovery,
-    Result, SalvageCut, Salvaged, SessionStats, Store, Tail, Unaccounted, VerifyReport,
+    Batches, Compressed, CompressionStatus, DamagedJournal, Derived, Durability, Error, Events,
+    JournalSalvage, Options, Recovery, Result, SalvageCut, Salvaged, SessionStats, Store, Tail,
+    Unaccounted, VerifyReport,
 };
 /// The errors of the file formats an [`Error`] carries (the format modules
 /// themselves are crate-private).

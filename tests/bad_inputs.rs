@@ -1207,7 +1207,7 @@ fn rows() -> Vec<Row> {
             expect: Fails(
                 "Manifest",
                 &[
-                    "written by a build using store format version 2; this build reads only version 3",
+                    "written by a build using store format version 2; this build reads versions 3 to 4",
                     "to migrate",
                 ],
             ),
@@ -1217,7 +1217,7 @@ fn rows() -> Vec<Row> {
             run: manifest_version_ro,
             expect: Fails(
                 "Manifest",
-                &["store format version 2; this build reads only version 3"],
+                &["store format version 2; this build reads versions 3 to 4"],
             ),
         },
         Row {

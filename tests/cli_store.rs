@@ -1193,3 +1193,58 @@ fn export_salvage_gets_the_readable_prefix_of_a_damaged_session() {
     // Two sessions, or a root, are refused.
     assert_eq!(sl(&dir, &["export", "--salvage", "s", "t"]).code, 2);
 }
+
+#[test]
+fn compress_stores_sealed_segments_as_images_and_stats_counts_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let log = common::turn_log(40, "s");
+    {
+        // Small segments, so the session has sealed ones.
+        let s = Store::open(
+            &store,
+            Options {
+                segment_size: 4096,
+                preallocate: 4096,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        s.create(sessionlog::header::SessionHeader::new("s", 0))
+            .unwrap();
+        for turn in log.chunks(3) {
+            s.append("s", turn).unwrap();
+        }
+        s.close().unwrap();
+    }
+    let cat_before = ok(&store, &["cat", "s"]);
+    let out = ok(&store, &["compress"]);
+    let line = out.lines().next().unwrap();
+    let n: u64 = line
+        .strip_prefix("s compressed ")
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("{out}"))
+        .parse()
+        .unwrap();
+    assert!(n >= 2, "{out}");
+    let stats = ok(&store, &["stats", "s"]);
+    let field = |key: &str| -> u64 {
+        stats
+            .split(' ')
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key} in {stats:?}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(field("compressed"), n, "{stats}");
+    assert!(field("sealed_bytes") < field("bytes"), "{stats}");
+    assert!(
+        field("bytes") * 2 < field("jsonl_bytes"),
+        "images under half of JSONL: {stats}"
+    );
+    assert_eq!(ok(&store, &["cat", "s"]), cat_before);
+    assert!(ok(&store, &["verify", "s"]).starts_with("OK s "));
+    let again = ok(&store, &["compress", "s"]);
+    assert!(again.starts_with("s compressed 0 segments"), "{again}");
+}

@@ -566,8 +566,8 @@ impl Vfs for CrashFs {
 
 mod common;
 use common::{
-    Model as SessionsModel, append_after_reopen, check_session, fast_tempdir, journal_options,
-    listed_sessions, options, workload_with,
+    Model as SessionsModel, append_after_reopen, check_session, compress_options, fast_tempdir,
+    journal_options, listed_sessions, options, workload_with,
 };
 use sessionlog::store::Options;
 
@@ -691,6 +691,15 @@ fn crash_at_every_operation() {
 #[test]
 fn crash_at_every_operation_with_the_journal() {
     crash_at_every_operation_of(journal_options, "journal; ");
+}
+
+/// The same with a's sealed segments compressed after the checkpoint and
+/// then shared by the fork: the manifest's upgrade, each image's write,
+/// sync, rename, directory sync and the raw file's removal are crash
+/// points; every image must read as the session did.
+#[test]
+fn crash_at_every_operation_compressing() {
+    crash_at_every_operation_of(compress_options, "compress; ");
 }
 
 fn crash_at_every_operation_of(opts: fn() -> Options, label: &str) {

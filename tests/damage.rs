@@ -1,8 +1,9 @@
 //! Damage campaigns over every file the store writes.
 //!
-//! A small closed store holds one of each kind of file: `MANIFEST`, a
-//! session's `HEADER`, sealed segments (with footers) and an active one, a
-//! `CHECKPOINT`, a fork's `LINEAGE` (and hard-linked segments), plus an
+//! A small closed store holds one of each kind of file: `MANIFEST` (of
+//! version 4), a session's `HEADER`, sealed segments (with footers), their
+//! compressed images (`.segz`) and an active segment, a `CHECKPOINT`, a
+//! fork's `LINEAGE` (and hard-linked raw segments), plus an
 //! orphaned journal file whose entries its segments also hold (a handle
 //! that died after syncing). Each file in turn gets one byte changed (every
 //! byte of its first and last 160 bytes and of small files, a stride
@@ -75,6 +76,9 @@ fn build(dir: &Path) -> BTreeMap<String, Seen> {
     store
         .fork("s", at as u64, SessionHeader::new("f", 0))
         .unwrap();
+    // s's sealed segments become images (the store's manifest version 4);
+    // the fork keeps its hard links to the raw files.
+    assert!(store.compress_sealed("s").unwrap().segments >= 1);
     store.close().unwrap();
     // The journaled session, through a handle with the journal; its file
     // is copied (an orphan: no handle owns that number) before the close
@@ -337,6 +341,8 @@ fn one_changed_byte_in_any_file_is_found_or_harmless() {
         }
         let kind = if name.ends_with(".seg") {
             "segment".to_owned()
+        } else if name.ends_with(".segz") {
+            "segment image".to_owned()
         } else if name.ends_with(".wal") {
             "journal".to_owned()
         } else {
@@ -361,6 +367,7 @@ fn one_changed_byte_in_any_file_is_found_or_harmless() {
         "MANIFEST",
         "journal",
         "segment",
+        "segment image",
     ]
     .map(String::from)
     .into();

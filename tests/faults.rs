@@ -117,6 +117,14 @@ fn every_operation_fails_in_turn_with_the_journal() {
     every_operation_fails_in_turn_with(journal_options, "journal: ");
 }
 
+/// The same with a's sealed segments compressed after the checkpoint: a
+/// failed image write, sync, rename or removal fails the compression
+/// (nothing else), and the session reads the same.
+#[test]
+fn every_operation_fails_in_turn_compressing() {
+    every_operation_fails_in_turn_with(compress_options, "compress: ");
+}
+
 fn every_operation_fails_in_turn_with(opts: fn() -> Options, label: &str) {
     let mut total = 0u64;
     for mode in MODES {

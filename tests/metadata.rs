@@ -13,7 +13,7 @@ use sessionlog::fsutil::{
 };
 use sessionlog::header::SessionHeader;
 use sessionlog::manifest::{
-    MANIFEST_FILE, MANIFEST_LEN, Manifest, ManifestError, STORE_FORMAT_VERSION,
+    MANIFEST_FILE, MANIFEST_LEN, Manifest, ManifestError, STORE_FORMAT_OLDEST, STORE_FORMAT_VERSION,
 };
 
 fn mode(path: &Path) -> u32 {
@@ -171,7 +171,12 @@ fn manifest_round_trip_and_refusals() {
     let bytes = fs::read(dir.path().join(MANIFEST_FILE)).unwrap();
     assert_eq!(bytes.len(), MANIFEST_LEN);
     assert_eq!(&bytes[0..8], b"SLOGSTOR");
-    assert_eq!(&bytes[8..12], &STORE_FORMAT_VERSION.to_le_bytes());
+    assert_eq!(
+        &bytes[8..12],
+        &STORE_FORMAT_OLDEST.to_le_bytes(),
+        "created at 3"
+    );
+    assert_eq!(m.version, STORE_FORMAT_OLDEST);
     assert_eq!(&bytes[16..32], &m.store_id);
     assert_eq!(m.store_id_hex().len(), 32);
     assert!(matches!(
@@ -228,7 +233,7 @@ fn manifest_version_mismatch_names_both_versions() {
     let path = dir.path().join(MANIFEST_FILE);
     let bytes = fs::read(&path).unwrap();
     // An older store (version 2: a CATALOG file) and a newer one.
-    for found in [STORE_FORMAT_VERSION - 1, STORE_FORMAT_VERSION + 1] {
+    for found in [STORE_FORMAT_OLDEST - 1, STORE_FORMAT_VERSION + 1] {
         let mut bytes = bytes.clone();
         bytes[8..12].copy_from_slice(&found.to_le_bytes());
         rewrite_with_crc(&mut bytes);
@@ -237,7 +242,7 @@ fn manifest_version_mismatch_names_both_versions() {
         assert!(
             matches!(
                 err,
-                ManifestError::UnsupportedVersion { found: f, supported: 3, .. } if f == found
+                ManifestError::UnsupportedVersion { found: f, supported: 4, .. } if f == found
             ),
             "{err}"
         );
@@ -246,7 +251,7 @@ fn manifest_version_mismatch_names_both_versions() {
             msg.contains(&format!("store format version {found}")),
             "{msg}"
         );
-        assert!(msg.contains("reads only version 3"), "{msg}");
+        assert!(msg.contains("reads versions 3 to 4"), "{msg}");
         assert!(msg.contains("export"), "says how to migrate: {msg}");
     }
 
@@ -381,4 +386,30 @@ fn concurrent_creators_agree_on_one_store_id() {
         );
         assert_eq!(Manifest::open(&root).unwrap().store_id, ids[0]);
     }
+}
+
+#[test]
+fn a_manifest_upgrade_keeps_the_store_id_and_is_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Manifest::create(dir.path()).unwrap();
+    assert_eq!(m.version, STORE_FORMAT_OLDEST);
+    let vfs = sessionlog::vfs::RealFs;
+    let up = m.upgrade_with(&vfs, dir.path()).unwrap();
+    assert_eq!(
+        (up.store_id, up.version),
+        (m.store_id, STORE_FORMAT_VERSION)
+    );
+    assert_eq!(Manifest::open(dir.path()).unwrap(), up);
+    let bytes = fs::read(dir.path().join(MANIFEST_FILE)).unwrap();
+    assert_eq!(&bytes[8..12], &STORE_FORMAT_VERSION.to_le_bytes());
+    assert_eq!(up.upgrade_with(&vfs, dir.path()).unwrap(), up, "no-op at 4");
+    let names: Vec<_> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        names,
+        vec![std::ffi::OsString::from(MANIFEST_FILE)],
+        "no temporary left"
+    );
 }

@@ -234,6 +234,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Store mode: store the sealed segments of one session (or all) as
+    /// compressed images now (`format-spec.md` section 3.5); the store is
+    /// raised to format version 4 first, which older builds refuse. Prints
+    /// what each session saved.
+    Compress {
+        /// A session id (default: every session).
+        id: Option<String>,
+    },
     /// Store mode with `--archive`: take session ID over from the host that
     /// holds it (a host that is gone for good).
     #[cfg(feature = "archive")]
@@ -428,6 +436,7 @@ fn run_file(command: Command, out: &mut impl Write) -> Result<(), Failure> {
         #[cfg(feature = "archive")]
         Command::ArchiveSync => Err(needs_store("archive-sync")),
         Command::Stats { .. } => Err(needs_store("stats")),
+        Command::Compress { .. } => Err(needs_store("compress")),
         Command::Demo { .. } => unreachable!("handled before the mode split"),
     }
 }
@@ -495,7 +504,7 @@ fn refuse_file_target(dir: &Path, command: &str, target: &OsStr) -> Result<(), F
 /// A session whose HEADER was damaged cannot be listed: `ls` and `stats`
 /// say on stderr that something is there rather than let it vanish from
 /// their output without a word.
-fn warn_unaccounted(store: &Store) -> Result<(), Failure> {
+pub(crate) fn warn_unaccounted(store: &Store) -> Result<(), Failure> {
     let unaccounted = store.unaccounted().map_err(store_err)?.len() as u64;
     if unaccounted > 0 {
         let (what, verb, them) = if unaccounted == 1 {
@@ -532,7 +541,7 @@ fn unreadable(store: &Store, out: &mut impl Write) -> Result<u64, Failure> {
     Ok(n)
 }
 
-fn sorted_ids(store: &Store) -> Result<Vec<String>, Failure> {
+pub(crate) fn sorted_ids(store: &Store) -> Result<Vec<String>, Failure> {
     Ok(store
         .list()
         .map_err(store_err)?
@@ -877,113 +886,8 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
         }
         #[cfg(feature = "archive")]
         Command::ArchiveSync => archive_sync(dir, out),
-        Command::Stats { id, json } => {
-            let store = open_read_only(dir)?;
-            let all = id.is_none();
-            if all {
-                warn_unaccounted(&store)?;
-            }
-            let ids = match id {
-                Some(id) => vec![id],
-                None => sorted_ids(&store)?,
-            };
-            let mut total = Totals::default();
-            let mut objects = Vec::new();
-            for id in &ids {
-                let s = store.stats(id).map_err(store_err)?;
-                total.add(&s);
-                let age_secs = s
-                    .checkpoint_modified
-                    .and_then(|t| SystemTime::now().duration_since(t).ok())
-                    .map(|d| d.as_secs());
-                if json {
-                    objects.push(serde_json::json!({
-                        "id": id,
-                        "events": s.events,
-                        "segments": s.segments,
-                        "bytes": s.bytes,
-                        "allocatedBytes": s.allocated,
-                        "jsonlBytes": s.jsonl_bytes,
-                        "ratio": if s.jsonl_bytes == 0 { None } else { Some(s.bytes as f64 / s.jsonl_bytes as f64) },
-                        "eventsSinceCheckpoint": s.events_since_checkpoint,
-                        "checkpointAgeSeconds": age_secs,
-                    }));
-                    continue;
-                }
-                let age = age_secs.map_or_else(|| "none".to_owned(), |d| format!("{d}s"));
-                writeln!(out, "{id} {} checkpoint_age={age}", Totals::of(&s)).map_err(io_err)?;
-            }
-            if json {
-                return writeln!(out, "{}", serde_json::Value::Array(objects)).map_err(io_err);
-            }
-            if all {
-                writeln!(out, "total sessions={} {total}", ids.len()).map_err(io_err)?;
-            }
-            Ok(())
-        }
-    }
-}
-
-/// The counts of `stats`: one session's, or the sum over sessions.
-#[derive(Default)]
-struct Totals {
-    events: u64,
-    segments: u64,
-    bytes: u64,
-    allocated: u64,
-    jsonl_bytes: u64,
-    since_checkpoint: u64,
-}
-
-impl Totals {
-    /// The counts of one session.
-    fn of(s: &store::SessionStats) -> Totals {
-        let mut t = Totals::default();
-        t.add(s);
-        t
-    }
-
-    fn add(&mut self, s: &store::SessionStats) {
-        self.events += s.events;
-        self.segments += s.segments;
-        self.bytes += s.bytes;
-        self.allocated += s.allocated;
-        self.jsonl_bytes += s.jsonl_bytes;
-        self.since_checkpoint += s.events_since_checkpoint;
-    }
-}
-
-/// The fields a `stats` line has for a session and for the total.
-impl std::fmt::Display for Totals {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "events={} segments={} bytes={} allocated={} bytes/event={} jsonl_bytes={} ratio={} since_checkpoint={}",
-            self.events,
-            self.segments,
-            self.bytes,
-            self.allocated,
-            per_event(self.bytes, self.events),
-            self.jsonl_bytes,
-            ratio(self.bytes, self.jsonl_bytes),
-            self.since_checkpoint,
-        )
-    }
-}
-
-fn per_event(bytes: u64, events: u64) -> String {
-    if events == 0 {
-        "-".into()
-    } else {
-        format!("{:.1}", bytes as f64 / events as f64)
-    }
-}
-
-fn ratio(bytes: u64, jsonl_bytes: u64) -> String {
-    if jsonl_bytes == 0 {
-        "-".into()
-    } else {
-        format!("{:.3}", bytes as f64 / jsonl_bytes as f64)
+        Command::Stats { id, json } => crate::space::stats(dir, id, json, out),
+        Command::Compress { id } => crate::space::compress(dir, id, out),
     }
 }
 

@@ -31,6 +31,14 @@ pub(super) struct Inner {
     pub(super) vfs: Arc<dyn Vfs>,
     pub(super) read_only: bool,
     pub(super) store_id: [u8; 16],
+    /// The store directory.
+    pub(super) dir: PathBuf,
+    /// The manifest as this handle last read or wrote it (its version is
+    /// raised before the first compressed segment).
+    pub(super) manifest: Mutex<Manifest>,
+    /// The background compression of sealed segments
+    /// (`Options::compress_sealed`, writable handles).
+    pub(super) compressor: Option<super::compress::Compressor>,
     /// The per-session writer locks (`None`: a read-only handle on a store
     /// no writer ever opened, so no session can be locked).
     pub(super) locks: Option<Arc<LockTable>>,
@@ -111,6 +119,9 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.stop_group_commit();
+        if let Some(c) = &self.compressor {
+            c.stop();
+        }
         // Best effort for Batched/None: what an explicit close would sync.
         if !self.read_only {
             let synced = sync_dirty(&self.sessions).is_ok();
@@ -198,8 +209,10 @@ impl Store {
     }
 
     /// The segment files of session `id`, oldest first: the last one is the
-    /// active segment appends go to (for backups and inspection; the store
-    /// owns them, and nothing but the store may write them).
+    /// active segment appends go to, unless the session ends with a sealed
+    /// one; sealed segments may be compressed images (`.segz`). For backups
+    /// and inspection: the store owns them, and nothing but the store may
+    /// write them.
     pub fn segment_files(&self, id: &str) -> Result<Vec<PathBuf>> {
         self.with_session(id, |s| {
             Ok(s.segs.iter().map(|seg| seg.path.clone()).collect())
@@ -215,11 +228,23 @@ impl Store {
         let archive = super::hooks::before_open(dir, &options, &vfs, read_only)?; // issue 17
         // The manifest first: a store is created only in a missing or empty
         // directory, and the lock file would make it non-empty.
-        let manifest = if read_only {
+        let mut manifest = if read_only {
             Manifest::open_with(&*vfs, dir)
         } else {
             Manifest::open_or_create_with(&*vfs, dir).map(|(m, _)| m)
         }?;
+        let images = options.compress_sealed || manifest.version >= 4;
+        if images && super::hooks::configured(&options) {
+            return Err(Error::Unsupported(
+                "compressed sealed segments (Options::compress_sealed, or a store of format \
+                 version 4) with an archive are not available yet: open without one of them"
+                    .into(),
+            ));
+        }
+        if options.compress_sealed && !read_only {
+            // Durable before any image is written (section 2 of the spec).
+            manifest = manifest.upgrade_with(&*vfs, dir)?;
+        }
         let locks = LockTable::open(dir, !read_only)
             .map_err(|source| Error::Io {
                 path: dir.join(super::locks::LOCK_FILE),
@@ -250,18 +275,24 @@ impl Store {
             )),
             _ => None,
         };
+        let sessions: Arc<Sessions> = Arc::new(RwLock::new(HashMap::new()));
+        let compressor = (options.compress_sealed && !read_only)
+            .then(|| super::compress::Compressor::spawn(vfs.clone(), sessions.clone()));
         let store = Store {
             inner: Arc::new(Inner {
                 options,
                 vfs,
                 read_only,
                 store_id: manifest.store_id,
+                dir: dir.to_path_buf(),
+                manifest: Mutex::new(manifest),
+                compressor,
                 locks,
                 registry,
                 closed: AtomicBool::new(false),
                 clock: AtomicU64::new(0),
                 pending: Mutex::new(HashMap::new()),
-                sessions: Arc::new(RwLock::new(HashMap::new())),
+                sessions,
                 recoveries: Mutex::new(HashMap::new()),
                 group_commit: Mutex::new(None),
                 journal,
@@ -622,6 +653,11 @@ impl Store {
     pub fn close(self) -> Result<()> {
         // Stop the group-commit thread first: flush then syncs what is left.
         self.inner.stop_group_commit();
+        // The compression in progress is finished (or given up), the queue
+        // dropped: the sessions' next writers queue what is still raw.
+        if let Some(c) = &self.inner.compressor {
+            c.stop();
+        }
         let flushed = self.flush();
         self.inner.closed.store(true, Ordering::Release);
         let sessions: Vec<_> = self

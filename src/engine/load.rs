@@ -218,15 +218,7 @@ impl Store {
         // Issue 17: the checkpoint and tail fetched; older segments that are
         // only in the archive are known, fetched when a read needs them.
         let remote = self.archive_restore(&id, &s.dir)?;
-        let mut files: Vec<(u64, PathBuf)> = vfs
-            .read_dir(&s.dir)
-            .map_err(io_at(&s.dir))?
-            .into_iter()
-            .filter_map(|name| {
-                let name = name.into_string().ok()?;
-                segment::parse_segment_file_name(&name).map(|seq| (seq, s.dir.join(name)))
-            })
-            .collect();
+        let mut files = super::segfiles::list(vfs.read_dir(&s.dir).map_err(io_at(&s.dir))?, &s.dir);
         for (first_seq, _) in &remote {
             if !files.iter().any(|(f, _)| f == first_seq) {
                 let name = segment::segment_file_name(*first_seq);
@@ -253,10 +245,13 @@ impl Store {
                     });
                 match lazy {
                     Some(seg) => Ok(seg),
-                    None => Ok(Seg::local(*first_seq, p.clone(), self.map_file(p)?)),
+                    None => self.open_seg(&id, *first_seq, p, ident_of(*first_seq)),
                 }
             })
             .collect::<Result<_>>()?;
+        // A raw file gone since the listing was read from its image.
+        let files: Vec<(u64, PathBuf)> =
+            segs.iter().map(|g| (g.first_seq, g.path.clone())).collect();
         let maps: Vec<SegmentBytes> = segs.iter().map(|g| g.map.clone()).collect();
         let lens: Vec<u64> = segs.iter().map(Seg::len).collect();
 
@@ -277,7 +272,13 @@ impl Store {
                 // that is missing, cut or different is damage to the log,
                 // never a crash: refuse, naming the file, rather than
                 // rebuild a shorter log from what is left.
-                let seg_path = s.dir.join(segment::segment_file_name(c.segment_first_seq));
+                let seg_path = files
+                    .iter()
+                    .find(|(f, _)| *f == c.segment_first_seq)
+                    .map_or_else(
+                        || s.dir.join(segment::segment_file_name(c.segment_first_seq)),
+                        |(_, p)| p.clone(),
+                    );
                 let missing = |reason: String| Error::Corrupt {
                     session: id.clone(),
                     segment: seg_path.clone(),
@@ -396,16 +397,25 @@ impl Store {
             // the writer's seal while we look (a mapped page past the end of
             // the file raises SIGBUS; a read comes back short).
             let mut map = map;
-            if last && !authoritative {
+            // An image is a sealed segment: immutable, read whole.
+            let image = super::segfiles::is_image(path);
+            if last && !authoritative && !image {
                 let resume = covered
                     .filter(|c| c.segment_first_seq == first_seq)
                     .map_or(segment::HEADER_LEN as u64, |c| c.end_offset);
-                map = match self.visible_end(&id, path, &ident, resume)? {
-                    segment::Committed::Records { end } => CommittedPrefix::of(map, end),
-                    // Sealed meanwhile: the file is cut and immutable now.
-                    segment::Committed::Sealed { .. } => self.map_file(path)?,
-                };
-                s.segs.last_mut().expect("pushed").map = map.clone();
+                let seg = s.segs.last_mut().expect("pushed");
+                match self.visible_end(&id, path, &ident, resume)? {
+                    segment::Committed::Records { end } => {
+                        map = CommittedPrefix::of(map, end);
+                        seg.map = map.clone();
+                    }
+                    // Sealed meanwhile: the file is cut and immutable now
+                    // (or compressed since: then its image is read).
+                    segment::Committed::Sealed { .. } => {
+                        *seg = self.open_seg(&id, first_seq, path, ident)?;
+                        map = seg.map.clone();
+                    }
+                }
             }
             let scan = match covered.filter(|c| c.segment_first_seq == first_seq) {
                 Some(c) => {
@@ -436,7 +446,7 @@ impl Store {
                     rec.torn_at = Some(offset);
                 }
                 if scan.is_sealed() {
-                    if authoritative {
+                    if authoritative && !image {
                         // A crash between the footer write and the cut.
                         SegmentWriter::complete_seal_with(vfs, path, &scan)
                             .map_err(|e| segment_error(&id, path, e))?;
@@ -504,7 +514,18 @@ impl Store {
         };
         let mut attempt = 0;
         loop {
-            let file = vfs.open(path, false).map_err(io_at(path))?;
+            let file = match vfs.open(path, false) {
+                Ok(f) => f,
+                // Sealed and compressed since it was listed (a raw segment
+                // is removed only once its image is in place).
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::NotFound
+                        && vfs.exists(&path.with_extension("segz")) =>
+                {
+                    return Ok(segment::Committed::Sealed { end: 0 });
+                }
+                Err(e) => return Err(io_at(path)(e)),
+            };
             let found = segment::committed_end(&*file, ident, from, max).map_err(io_at(path))?;
             let segment::Committed::Records { end } = found else {
                 return Ok(found);
@@ -609,15 +630,8 @@ impl Store {
                 reason,
             };
             if seg.first_seq < last {
-                let footer = segment::verify_footer(&seg.map)
+                segment::check_sealed(&seg.map, &ident)
                     .map_err(|e| segment_error(&s.header.id, &seg.path, e))?;
-                let records = &seg.map[segment::HEADER_LEN..seg.map.len() - segment::FOOTER_LEN];
-                if crc32fast::hash(records) != footer.records_crc {
-                    return Err(corrupt(
-                        segment::HEADER_LEN as u64,
-                        "the records do not match the footer's checksum".into(),
-                    ));
-                }
             } else {
                 let prefix = seg.map.get(..end as usize).ok_or_else(|| {
                     corrupt(

@@ -20,6 +20,9 @@
 //!   durable appends across sessions), [`replay`]: replaying the
 //!   journals of handles that are gone, and [`journal_salvage`]: reporting
 //!   and salvaging the journal files replay refuses;
+//! - [`compress`]: storing sealed segments as compressed images, in a
+//!   background thread; [`tmpfile`]: the temporary files it and the
+//!   archive's fetches write before a rename;
 //! - [`periodic`]: the background threads (group commit, archive uploads);
 //! - [`options`], [`error`].
 //!
@@ -33,6 +36,7 @@
 pub(crate) mod archive;
 #[cfg(feature = "archive")]
 pub(crate) use archive::hooks;
+pub(crate) mod compress;
 pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod handle;
@@ -51,12 +55,15 @@ pub(crate) mod registry;
 pub(crate) mod remote;
 pub(crate) mod replay;
 pub(crate) mod salvage;
+pub(crate) mod segfiles;
 pub(crate) mod session;
 pub(crate) mod tail;
+pub(crate) mod tmpfile;
 pub(crate) mod write;
 
 #[cfg(feature = "archive")]
 pub use archive::{ArchiveOptions, ArchiveReport, ArchiveStats, EvictionPolicy};
+pub use compress::{Compressed, CompressionStatus};
 pub use error::{Error, Result};
 pub use events::{Batches, Events};
 pub use handle::Store;

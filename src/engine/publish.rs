@@ -137,9 +137,9 @@ impl Store {
                 Lineage::new(shared.iter().map(|(f, uid, _)| (*f, *uid)).collect())
                     .write_with(vfs, staged)
                     .map_err(io_at(staged))?;
-                for (first_seq, _, path) in &shared {
-                    let link = staged.join(segment::segment_file_name(*first_seq));
-                    vfs.hard_link(path, &link).map_err(io_at(&link))?;
+                for (_, _, path) in &shared {
+                    // Under its own name: a raw segment or its image.
+                    super::segfiles::link_into(vfs, path, staged)?;
                 }
             }
             Ok(())

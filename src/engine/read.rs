@@ -46,9 +46,15 @@ pub struct SessionStats {
     pub events: u64,
     /// Segment files.
     pub segments: u64,
-    /// Bytes of the log on disk (sealed files, and the active segment up to
-    /// its committed end; preallocated space not counted).
+    /// Sealed segments stored as compressed images (`.segz`).
+    pub compressed_segments: u64,
+    /// Bytes of the log on disk (sealed files, compressed or not, and the
+    /// active segment up to its committed end; preallocated space not
+    /// counted).
     pub bytes: u64,
+    /// The part of `bytes` in sealed segments; the rest is the active
+    /// segment, the hot tail that is never compressed.
+    pub sealed_bytes: u64,
     /// What the session really costs on the device: the allocated blocks
     /// of every file in its directory (segments with their preallocated
     /// space, `HEADER`, `CHECKPOINT`, `LINEAGE`; hard-linked segments a
@@ -206,11 +212,7 @@ impl Store {
             // active segment of a session another handle may be writing
             // counts up to its committed end: past it a record may be in
             // progress, which only its writer can tell from a torn one.
-            let mut bytes = self
-                .inner
-                .vfs
-                .read_file(&seg.path)
-                .map_err(io_at(&seg.path))?;
+            let (path, mut bytes) = self.read_seg_file(id, &seg.path, &ident)?;
             if let (true, None, Some(end)) = (i == last, &s.lock, s.active_end) {
                 bytes.truncate(end as usize);
             }
@@ -218,8 +220,8 @@ impl Store {
                 max_record: self.read_limit(),
                 expect_sealed: i < last || s.lock.is_some() && s.writer.is_none(),
             };
-            let scan = segment::scan(&bytes, &ident, &opts)
-                .map_err(|e| segment_error(id, &seg.path, e))?;
+            let scan =
+                segment::scan(&bytes, &ident, &opts).map_err(|e| segment_error(id, &path, e))?;
             report.segments += 1;
             report.bytes += scan.valid_end + scan.footer.map_or(0, |_| segment::FOOTER_LEN as u64);
             for b in &scan.batches {
@@ -232,7 +234,7 @@ impl Store {
                 )
                 .map_err(|e| Error::Corrupt {
                     session: id.to_owned(),
-                    segment: seg.path.clone(),
+                    segment: path.clone(),
                     offset: b.offset,
                     reason: format!("batch does not decode: {e}"),
                 })?;
@@ -241,7 +243,7 @@ impl Store {
                     .append_batch(&owned, &log)
                     .map_err(|v| Error::Corrupt {
                         session: id.to_owned(),
-                        segment: seg.path.clone(),
+                        segment: path.clone(),
                         offset: b.offset,
                         reason: format!("stored batch breaks a rule: {v}"),
                     })?;
@@ -270,16 +272,28 @@ impl Store {
     }
 
     fn stats_locked(&self, s: &mut Session, id: &str) -> Result<SessionStats> {
-        let mut bytes = 0;
+        let (mut bytes, mut sealed_bytes, mut compressed_segments) = (0, 0, 0);
         for (i, seg) in s.segs.iter().enumerate() {
             let last = i + 1 == s.segs.len();
             // The active segment counts up to its committed end: its
-            // preallocated zeros are not data.
-            bytes += match (&s.writer, last, s.active_end) {
+            // preallocated zeros are not data. An image counts its own
+            // size, not the segment's it decodes to.
+            let image = super::segfiles::is_image(&seg.path);
+            let n = match (&s.writer, last, s.active_end) {
                 (Some(w), true, _) => w.len(),
                 (None, true, Some(end)) => end,
+                _ if image => self
+                    .inner
+                    .vfs
+                    .metadata(&seg.path)
+                    .map_or_else(|_| seg.len(), |m| m.len),
                 _ => seg.len(),
             };
+            bytes += n;
+            if !(last && s.last_is_active()) {
+                sealed_bytes += n;
+            }
+            compressed_segments += u64::from(image);
         }
         // Stored events only: a read-only view's synthesised closers are not
         // on disk.
@@ -319,7 +333,9 @@ impl Store {
         Ok(SessionStats {
             events: events.len() as u64,
             segments: s.segs.len() as u64,
+            compressed_segments,
             bytes,
+            sealed_bytes,
             allocated,
             jsonl_bytes,
             events_since_checkpoint: s.since_checkpoint,

@@ -54,16 +54,10 @@ impl Store {
             offset: 0,
             reason,
         })?;
-        let mut files: Vec<(u64, PathBuf)> = vfs
-            .read_dir(&entry.dir)
-            .map_err(io_at(&entry.dir))?
-            .into_iter()
-            .filter_map(|name| {
-                let name = name.into_string().ok()?;
-                segment::parse_segment_file_name(&name).map(|seq| (seq, entry.dir.join(name)))
-            })
-            .collect();
-        files.sort();
+        let files = super::segfiles::list(
+            vfs.read_dir(&entry.dir).map_err(io_at(&entry.dir))?,
+            &entry.dir,
+        );
         let mut events = Vec::new();
         let mut next = 0u64;
         let mut cut = None;
@@ -90,18 +84,33 @@ impl Store {
                 session_uid: lineage.owner(*first_seq).unwrap_or(entry.uid),
                 first_seq: *first_seq,
             };
-            let file = vfs.open(path, false).map_err(io_at(path))?;
-            let walked = segment::committed_end(
-                &*file,
-                &ident,
-                segment::HEADER_LEN as u64,
-                self.read_limit(),
-            )
-            .map_err(io_at(path))?;
-            let bytes = vfs.read_file(path).map_err(io_at(path))?;
-            let (end, sealed) = match walked {
-                Committed::Records { end } => (end, false),
-                Committed::Sealed { end } => (end, true),
+            let (bytes, end, sealed) = if super::segfiles::is_image(path) {
+                // A compressed sealed segment is usable whole or not at all:
+                // its image decodes and checks whole, or the salvage stops.
+                match self.read_seg_file(id, path, &ident) {
+                    Ok((_, raw)) => {
+                        let end = (raw.len() - segment::FOOTER_LEN) as u64;
+                        (raw, end, true)
+                    }
+                    Err(e) => {
+                        cut = Some(stop(path, 0, next, e.to_string()));
+                        break;
+                    }
+                }
+            } else {
+                let file = vfs.open(path, false).map_err(io_at(path))?;
+                let walked = segment::committed_end(
+                    &*file,
+                    &ident,
+                    segment::HEADER_LEN as u64,
+                    self.read_limit(),
+                )
+                .map_err(io_at(path))?;
+                let bytes = vfs.read_file(path).map_err(io_at(path))?;
+                match walked {
+                    Committed::Records { end } => (bytes, end, false),
+                    Committed::Sealed { end } => (bytes, end, true),
+                }
             };
             let prefix = &bytes[..(end as usize).min(bytes.len())];
             let opts = ScanOptions {

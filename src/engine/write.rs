@@ -134,6 +134,7 @@ impl Store {
         fresh.lock = s.lock.take();
         fresh.used = s.used;
         *s = fresh;
+        self.queue_compression(s, None);
         // Recorded first: deciding the closers may rebuild the session from
         // the log (a checkpoint found wrong), which records its own reason.
         self.record_recovery(&id, rec);
@@ -414,7 +415,10 @@ impl Store {
             .map_err(|e| segment_error(&s.header.id, &path, e));
         match sealed {
             Ok(map) => {
-                s.segs.last_mut().expect("active").map = map;
+                let seg = s.segs.last_mut().expect("active");
+                seg.map = map;
+                let first_seq = seg.first_seq;
+                self.queue_compression(s, Some(first_seq));
                 Ok(())
             }
             Err(e) => {

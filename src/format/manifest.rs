@@ -9,8 +9,8 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "SLOGSTOR"
-//!      8     4  store format version u32 (this build: 1)
-//!     12     4  flags u32 (version 1: must be 0)
+//!      8     4  store format version u32 (this build reads 3 and 4)
+//!     12     4  flags u32 (must be 0)
 //!     16    16  store_id (random)
 //!     32     4  crc32 u32: CRC-32 (IEEE, as crc32fast) of bytes 0..32
 //! ```
@@ -21,10 +21,13 @@
 //! A reader checks the magic and that CRC first, then the version, and only
 //! then the version-specific layout.
 //!
-//! The manifest is written once, with [`write_atomic`](crate::fsutil::write_atomic) (temporary file, fsync,
-//! rename, directory fsync), so it is never seen partially written: a crash
-//! while creating a store leaves at most `MANIFEST.tmp`, which [`Manifest::open`]
-//! and [`Manifest::create`] treat as an empty directory.
+//! The manifest is created by a link from a synced temporary file (race-free:
+//! of two creators one wins), and changed only by [`Manifest::upgrade_with`]
+//! (temporary file, fsync, rename, directory fsync), so it is never seen
+//! partially written. Version 4 differs from 3 only in what the store may
+//! hold: sealed segments stored as compressed images (`.segz`), which a
+//! version-3 build would not see. A store is upgraded to 4 before its first
+//! image is written, never downgraded.
 
 use std::fmt::Write as _;
 use std::io;
@@ -42,8 +45,13 @@ pub const MANIFEST_FILE: &str = "MANIFEST";
 /// Magic bytes at offset 0 of the manifest.
 pub const MANIFEST_MAGIC: [u8; 8] = *b"SLOGSTOR";
 
-/// The store format version this build writes and reads.
-pub const STORE_FORMAT_VERSION: u32 = 3;
+/// The newest store format version this build reads and writes: 4, a store
+/// whose sealed segments may be stored compressed. Stores are created at
+/// [`STORE_FORMAT_OLDEST`] and upgraded when compression is turned on.
+pub const STORE_FORMAT_VERSION: u32 = 4;
+
+/// The oldest store format version this build reads (and creates).
+pub const STORE_FORMAT_OLDEST: u32 = 3;
 
 /// Size of a manifest in bytes (versions 1 and 2: the layout is the same;
 /// version 2 stores have version-2 segments, whose record codec packs data).
@@ -86,7 +94,7 @@ pub enum ManifestError {
     },
     /// The store was written in a format version this build cannot read.
     #[error(
-        "{}: the store was written by a build using store format version {found}; this build reads only version {supported} (to migrate: `sessionlog --store DIR export --all --to OUT` with a build that reads version {found}, then `sessionlog --store NEW import OUT` with this one)",
+        "{}: the store was written by a build using store format version {found}; this build reads versions {STORE_FORMAT_OLDEST} to {supported} (to migrate: `sessionlog --store DIR export --all --to OUT` with a build that reads version {found}, then `sessionlog --store NEW import OUT` with this one)",
         path.display()
     )]
     UnsupportedVersion {
@@ -94,7 +102,7 @@ pub enum ManifestError {
         path: PathBuf,
         /// The version in the manifest.
         found: u32,
-        /// The version this build reads (`STORE_FORMAT_VERSION`).
+        /// The newest version this build reads (`STORE_FORMAT_VERSION`).
         supported: u32,
     },
     /// The manifest exists but is damaged or not a manifest.
@@ -112,6 +120,9 @@ pub enum ManifestError {
 pub struct Manifest {
     /// The store's random identity.
     pub store_id: [u8; 16],
+    /// The store format version (3 or 4: 4 when sealed segments may be
+    /// stored compressed).
+    pub version: u32,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ManifestError + '_ {
@@ -140,14 +151,15 @@ impl Manifest {
     pub fn generate() -> Manifest {
         Manifest {
             store_id: fsutil::random_id(),
+            version: STORE_FORMAT_OLDEST,
         }
     }
 
-    /// The manifest's bytes (version [`STORE_FORMAT_VERSION`], flags 0).
+    /// The manifest's bytes (flags 0).
     pub fn encode(&self) -> [u8; MANIFEST_LEN] {
         let mut b = [0u8; MANIFEST_LEN];
         b[0..8].copy_from_slice(&MANIFEST_MAGIC);
-        b[8..12].copy_from_slice(&STORE_FORMAT_VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&self.version.to_le_bytes());
         b[12..16].copy_from_slice(&0u32.to_le_bytes());
         b[16..32].copy_from_slice(&self.store_id);
         let crc = crc32fast::hash(&b[0..32]);
@@ -176,7 +188,7 @@ impl Manifest {
             )));
         }
         let found = le_u32(bytes, 8);
-        if found != STORE_FORMAT_VERSION {
+        if !(STORE_FORMAT_OLDEST..=STORE_FORMAT_VERSION).contains(&found) {
             return Err(ManifestError::UnsupportedVersion {
                 path: path.to_path_buf(),
                 found,
@@ -185,7 +197,7 @@ impl Manifest {
         }
         if bytes.len() != MANIFEST_LEN {
             return Err(corrupt(format!(
-                "length {} (version {STORE_FORMAT_VERSION} manifests are {MANIFEST_LEN} bytes)",
+                "length {} (version {found} manifests are {MANIFEST_LEN} bytes)",
                 bytes.len()
             )));
         }
@@ -195,6 +207,7 @@ impl Manifest {
         }
         Ok(Manifest {
             store_id: bytes[16..32].try_into().expect("16 bytes"),
+            version: found,
         })
     }
 
@@ -286,16 +299,7 @@ impl Manifest {
         // id; a rename here would let the second creator replace the id
         // after the first had written segments under it.
         let manifest = Manifest::generate();
-        let tmp = dir.join(format!(
-            "{MANIFEST_FILE}{TMP_SUFFIX}-{}",
-            Manifest::generate().store_id_hex()
-        ));
-        let written = (|| {
-            let file = vfs.create_new(&tmp)?;
-            file.write_all_at(&manifest.encode(), 0)?;
-            file.sync_all()?;
-            vfs.hard_link(&tmp, &path)
-        })();
+        let (tmp, written) = manifest.put_with(vfs, dir, |tmp| vfs.hard_link(tmp, &path));
         let _ = vfs.remove_file(&tmp);
         match written {
             Ok(()) => {}
@@ -356,6 +360,53 @@ impl Manifest {
             },
             Err(e) => Err(e),
         }
+    }
+
+    /// Raises the store at `dir` to [`STORE_FORMAT_VERSION`] (no-op when
+    /// it is there): the new manifest, with the same store id, is written
+    /// whole to a temporary name, `fsync`ed, renamed over `MANIFEST` and
+    /// the directory `fsync`ed, so a crash leaves the old manifest or the
+    /// new one, and the new one is durable before the caller writes
+    /// anything only a version-4 reader can see. Concurrent upgraders
+    /// write the same bytes.
+    pub fn upgrade_with(&self, vfs: &dyn Vfs, dir: &Path) -> Result<Manifest, ManifestError> {
+        if self.version == STORE_FORMAT_VERSION {
+            return Ok(*self);
+        }
+        let upgraded = Manifest {
+            version: STORE_FORMAT_VERSION,
+            ..*self
+        };
+        let path = dir.join(MANIFEST_FILE);
+        let (tmp, written) = upgraded.put_with(vfs, dir, |tmp| vfs.rename(tmp, &path));
+        if let Err(e) = written {
+            let _ = vfs.remove_file(&tmp);
+            return Err(io_err(&path)(e));
+        }
+        vfs.sync_dir(dir).map_err(io_err(dir))?;
+        Ok(upgraded)
+    }
+
+    /// Writes this manifest whole under a temporary name of its own in
+    /// `dir`, `fsync`s it, then puts it in place with `place` (a link or a
+    /// rename to `MANIFEST`). Returns the temporary name with the outcome.
+    fn put_with(
+        &self,
+        vfs: &dyn Vfs,
+        dir: &Path,
+        place: impl FnOnce(&Path) -> io::Result<()>,
+    ) -> (PathBuf, io::Result<()>) {
+        let tmp = dir.join(format!(
+            "{MANIFEST_FILE}{TMP_SUFFIX}-{}",
+            Manifest::generate().store_id_hex()
+        ));
+        let written = (|| {
+            let file = vfs.create_new(&tmp)?;
+            file.write_all_at(&self.encode(), 0)?;
+            file.sync_all()?;
+            place(&tmp)
+        })();
+        (tmp, written)
     }
 
     /// The store id as 32 lower-case hex digits.

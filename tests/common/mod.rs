@@ -133,6 +133,16 @@ pub fn workload_with(
     retry: bool,
     opts: Options,
 ) -> Result<(), Stop> {
+    // `compress_sealed` here means: compress a's sealed segment in one
+    // step after the checkpoint (`Store::compress_sealed`), before the
+    // fork reads its seed from it. The background thread stays off, so the sequence
+    // of file operations is the same in every run (crash-point
+    // enumeration replays it).
+    let compress = opts.compress_sealed;
+    let opts = Options {
+        compress_sealed: false,
+        ..opts
+    };
     let store = Store::open_with_vfs(dir, opts, fs.clone()).map_err(Stop::Failed)?;
     let log_a = turn_log(24, "a");
     let log_b = turn_log(6, "b");
@@ -198,6 +208,13 @@ pub fn workload_with(
         }
     }
     store.flush().map_err(Stop::Failed)?;
+    if compress {
+        let done = store.compress_sealed("a").map_err(Stop::Failed)?;
+        assert!(
+            done.segments >= 1,
+            "a's sealed segment compressed: {done:?}"
+        );
+    }
     // Extra appends after the checkpoint: an open turn at the end.
     let n = log_a.len() as u64;
     let tail = [
@@ -360,6 +377,15 @@ pub fn append_after_reopen(store: &Store, id: &str, seq: u64, context: &str) -> 
         .append(id, std::slice::from_ref(&e))
         .unwrap_or_else(|err| panic!("{context}: append to {id} after reopen: {err}"));
     e
+}
+
+/// [`options`] with a's sealed segments compressed by the workload.
+#[allow(dead_code)] // not every test binary uses it
+pub fn compress_options() -> Options {
+    Options {
+        compress_sealed: true,
+        ..options()
+    }
 }
 
 /// [`options`] with the store-wide journal on, in its smallest files.

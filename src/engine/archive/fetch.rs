@@ -190,7 +190,7 @@ impl Archive {
         let Some(dir) = local.file_name().and_then(|n| n.to_str()) else {
             return Ok(Vec::new());
         };
-        self.sweep_stale_fetches(local);
+        crate::engine::tmpfile::sweep(&*self.vfs, local, crate::engine::tmpfile::FETCH);
         let prefix = self.opts.session_key(dir);
         let metas = self
             .list_meta(&prefix)
@@ -289,65 +289,6 @@ impl Archive {
                 .is_ok_and(|m| (m.len, m.modified, m.ino) == stamp)
     }
 
-    /// Creates a lazy fetch's temporary file of its own in `local`:
-    /// `.<name>.<pid>-<n>.fetch.tmp`, `n` counting this process's fetches.
-    /// A name that exists already was left by a killed process that had
-    /// this pid before (pids are reused): the next `n` is taken.
-    fn create_fetch_tmp(
-        &self,
-        local: &Path,
-        name: &str,
-    ) -> std::io::Result<(std::path::PathBuf, Box<dyn crate::vfs::VfsFile>)> {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let mut tries = 0;
-        loop {
-            let tmp = local.join(format!(
-                ".{name}.{}-{}.fetch{}",
-                std::process::id(),
-                NEXT.fetch_add(1, Ordering::Relaxed),
-                crate::fsutil::TMP_SUFFIX
-            ));
-            match self.vfs.create_new(&tmp) {
-                Ok(file) => return Ok((tmp, file)),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 64 => {
-                    tries += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Removes the temporary files of lazy fetches (`.<name>.<pid>-<n>.fetch.tmp`,
-    /// see [`Archive::fetch_lazy`]) that a killed process left in session
-    /// directory `local`: those whose process is gone (`kill(pid, 0)` says
-    /// no such process) and that have not changed for a minute (so a live
-    /// fetcher in another PID namespace sharing the directory is left
-    /// alone). They hold copies of segments still in the archive, never
-    /// anything else. Best effort: what cannot be removed now is next time.
-    fn sweep_stale_fetches(&self, local: &Path) {
-        let Ok(names) = self.vfs.read_dir(local) else {
-            return;
-        };
-        let minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
-        for name in names {
-            let Some(pid) = name.to_str().and_then(stale_fetch_pid) else {
-                continue;
-            };
-            if pid == std::process::id() || process_lives(pid) {
-                continue;
-            }
-            let path = local.join(&name);
-            let old = self
-                .vfs
-                .metadata(&path)
-                .is_ok_and(|m| m.modified.is_some_and(|t| t < minute_ago));
-            if old {
-                let _ = self.vfs.remove_file(&path);
-            }
-        }
-    }
-
     /// Fetches sealed segment `path` of session `id`, covered by its
     /// checkpoint and missing locally, for a read that needs its bytes:
     /// checked whole (identity `ident`, footer, records' checksum) before
@@ -378,20 +319,11 @@ impl Archive {
             .ok_or_else(|| {
                 bad("evicted locally but not in the archive (the checkpoint covers it)".into())
             })?;
-        match segment::read_header(&bytes) {
-            Ok(h) if h == *ident => {}
-            Ok(_) => return Err(bad("the object is not this session's segment".into())),
-            Err(e) => return Err(bad(format!("the object is damaged: {e}"))),
-        }
-        let footer = segment::verify_footer(&bytes)
+        segment::check_sealed(&bytes, ident)
             .map_err(|e| bad(format!("the object is damaged: {e}")))?;
-        let records = &bytes[segment::HEADER_LEN..bytes.len() - segment::FOOTER_LEN];
-        if crc32fast::hash(records) != footer.records_crc {
-            return Err(bad(
-                "the object is damaged: its records do not match the footer's checksum".into(),
-            ));
-        }
-        let (tmp, file) = self.create_fetch_tmp(local, name).map_err(io_at(path))?;
+        let (tmp, file) =
+            crate::engine::tmpfile::create(&*self.vfs, local, name, crate::engine::tmpfile::FETCH)
+                .map_err(io_at(path))?;
         let written = (|| {
             file.write_all_at(&bytes, 0)?;
             file.sync_all()?;
@@ -458,52 +390,5 @@ impl Archive {
         self.vfs
             .map(path)
             .is_ok_and(|m| segment::verify_footer(&m).is_ok())
-    }
-}
-
-/// The process id in a lazy fetch's temporary file name
-/// (`.<segment name>.<pid>-<n>.fetch.tmp`), or `None` for any other name.
-fn stale_fetch_pid(name: &str) -> Option<u32> {
-    let rest = name
-        .strip_prefix('.')?
-        .strip_suffix(&format!(".fetch{}", crate::fsutil::TMP_SUFFIX))?;
-    let (segment, tag) = rest.rsplit_once('.')?;
-    segment::parse_segment_file_name(segment)?;
-    let (pid, n) = tag.split_once('-')?;
-    n.parse::<u64>().ok()?;
-    pid.parse().ok()
-}
-
-/// Whether process `pid` exists (or cannot be told: then it is assumed to).
-fn process_lives(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return true;
-    };
-    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
-
-#[cfg(test)]
-mod sweep_tests {
-    use super::*;
-
-    #[test]
-    fn only_fetch_temporaries_name_a_pid() {
-        assert_eq!(
-            stale_fetch_pid(".00000000000000000000.seg.4242-7.fetch.tmp"),
-            Some(4242)
-        );
-        for other in [
-            "00000000000000000000.seg",
-            ".00000000000000000000.seg.4242-7.fetch",
-            ".CHECKPOINT.4242-7.fetch.tmp",
-            ".00000000000000000000.seg.x-7.fetch.tmp",
-            ".00000000000000000000.seg.4242.fetch.tmp",
-            "CHECKPOINT.tmp",
-        ] {
-            assert_eq!(stale_fetch_pid(other), None, "{other}");
-        }
-        assert!(process_lives(std::process::id()));
     }
 }

@@ -47,14 +47,16 @@
 //! `scanner` (the one place that tells a torn write from corruption: checking a
 //! frame, the search for valid data after a bad one, the whole-file scan),
 //! `footer` (the summary of a sealed segment), `reader` (reading records of
-//! sealed and active segments) and `writer` (append, preallocation, seal,
-//! trim, discarding a torn tail). Everything public is re-exported here.
+//! sealed and active segments), `writer` (append, preallocation, seal,
+//! trim, discarding a torn tail) and `image` (the compressed image a sealed
+//! segment may be stored as). Everything public is re-exported here.
 
 use std::io;
 
 mod footer;
 mod frame;
 mod header;
+mod image;
 mod reader;
 mod scanner;
 mod writer;
@@ -64,6 +66,9 @@ pub use footer::{Footer, verify_footer};
 pub use frame::encode_frame;
 pub use frame::frame_crc_field;
 pub use header::{SegmentIdent, read_header};
+pub use image::{
+    check_sealed, decode_image, encode_image, image_file_name, image_len, parse_image_file_name,
+};
 pub use reader::{Committed, committed_end, map_sealed_with};
 #[cfg(any(test, feature = "internals"))]
 pub use reader::{map_sealed, read_batch_payload, read_range};

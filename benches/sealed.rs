@@ -1,0 +1,250 @@
+//! Sealed segments stored compressed (`Options::compress_sealed`, issue
+//! 18): what they save and what they cost, raw and compressed side by side
+//! in one run. Prints a Markdown report for BENCHMARKS.md.
+//!
+//! Workload: the comparison bench's (generated sessions concatenated into
+//! one, `SESSIONLOG_SEALED_EVENTS` events, default 200,000), appended at
+//! batch 1, 16, 256 and 4096 with 4 MiB segments, so most of the log is
+//! sealed. `SESSIONLOG_BENCH_SMOKE=1`: 5,000 events, 64 KiB segments.
+//!
+//! - Bytes: the sealed segments raw, then as images, against the plain
+//!   JSONL of the events they hold; the hot tail (the active segment up to
+//!   its committed end) is reported apart.
+//! - Append (batch 256, `Durability::None`, then flush): events/s with
+//!   `compress_sealed` off and on (the background thread compressing on
+//!   the other core), rounds alternating.
+//! - Reads of the batch-256 store, page cache warm, median of 7: open
+//!   read-only + `load`, open read-only + `derive`, raw and compressed.
+//! - `compress_sealed` of a whole session: MB/s of raw segment.
+
+use sessionlog::event::OwnedEvent;
+use sessionlog::header::SessionHeader;
+use sessionlog::sample::{Sample, SampleConfig};
+use sessionlog::store::{Durability, Options, Store};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+const ID: &str = "sealed";
+
+/// `SESSIONLOG_BENCH_SMOKE=1`: 5,000 events in 64 KiB segments (CI).
+fn smoke() -> bool {
+    std::env::var("SESSIONLOG_BENCH_SMOKE").is_ok_and(|v| v == "1")
+}
+
+fn segment_size() -> u64 {
+    if smoke() { 64 << 10 } else { 4 << 20 }
+}
+
+fn workload(n: usize) -> Vec<OwnedEvent> {
+    let (mut events, _) = Sample::new(SampleConfig::default()).long_session(n);
+    // End on a closed turn, so no reader synthesises closers.
+    while events.last().is_some_and(|e| e.kind != "turn/end") {
+        events.pop();
+    }
+    events
+}
+
+fn options(compress: bool, durability: Durability) -> Options {
+    Options {
+        durability,
+        segment_size: segment_size(),
+        compress_sealed: compress,
+        ..Options::default()
+    }
+}
+
+fn write(dir: &Path, events: &[OwnedEvent], batch: usize, compress: bool) -> f64 {
+    let store = Store::open(dir, options(compress, Durability::None)).unwrap();
+    store.create(SessionHeader::new(ID, 0)).unwrap();
+    let t = Instant::now();
+    for chunk in events.chunks(batch) {
+        store.append(ID, chunk).unwrap();
+    }
+    store.flush().unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    store.close().unwrap();
+    events.len() as f64 / secs
+}
+
+fn session_dir(dir: &Path) -> PathBuf {
+    Store::session_dir_in(dir, ID).unwrap()
+}
+
+/// Bytes of the files of the session whose names end with `suffix`, and
+/// the first seq of the last raw segment (the active one).
+fn sizes(dir: &Path, suffix: &str) -> (u64, Vec<(u64, u64)>) {
+    let mut files: Vec<(u64, u64)> = std::fs::read_dir(session_dir(dir))
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().ok()?;
+            let seq: u64 = name.strip_suffix(suffix)?.parse().ok()?;
+            Some((seq, e.metadata().unwrap().len()))
+        })
+        .collect();
+    files.sort();
+    (files.iter().map(|f| f.1).sum(), files)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn timed(reps: usize, mut f: impl FnMut()) -> f64 {
+    median(
+        (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    )
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo bench -- --list` and friends
+    }
+    let n: usize = std::env::var("SESSIONLOG_SEALED_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if smoke() { 5_000 } else { 200_000 });
+    let events = workload(n);
+    let mut jsonl_end = Vec::with_capacity(events.len() + 1);
+    jsonl_end.push(0u64);
+    let mut buf = Vec::new();
+    for e in &events {
+        buf.clear();
+        e.write_json(&mut buf);
+        jsonl_end.push(jsonl_end.last().unwrap() + buf.len() as u64 + 1);
+    }
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut o = String::new();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let _ = writeln!(
+        o,
+        "Generated by `cargo bench --bench sealed` (benches/sealed.rs). {} events ({:.0} B/event as JSONL), {} KiB segments; load average at start: {}.\n",
+        events.len(),
+        *jsonl_end.last().unwrap() as f64 / events.len() as f64,
+        segment_size() >> 10,
+        load.split(' ').take(3).collect::<Vec<_>>().join(" ")
+    );
+    let _ = writeln!(
+        o,
+        "| batch | sealed segments | sealed raw / JSONL | sealed images / JSONL | hot tail (bytes) |\n|---:|---:|---:|---:|---:|"
+    );
+    for batch in [1usize, 16, 256, 4096] {
+        let dir = root.path().join(format!("b{batch}"));
+        write(&dir, &events, batch, false);
+        let (raw_total, raws) = sizes(&dir, ".seg");
+        let (active_seq, _) = *raws.last().unwrap();
+        let tail = raws.last().unwrap().1;
+        let sealed_raw = raw_total - tail;
+        let jsonl = jsonl_end[active_seq as usize] as f64;
+        let store = Store::open(&dir, options(false, Durability::None)).unwrap();
+        let done = store.compress_sealed(ID).unwrap();
+        store.close().unwrap();
+        assert_eq!(
+            done.raw_bytes, sealed_raw,
+            "every sealed segment compressed"
+        );
+        let (images, _) = sizes(&dir, ".segz");
+        let _ = writeln!(
+            o,
+            "| {batch} | {} | {:.2}x | {:.2}x | {tail} |",
+            raws.len() - 1,
+            sealed_raw as f64 / jsonl,
+            images as f64 / jsonl
+        );
+    }
+
+    // Append with the background compression on and off, rounds alternating.
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for round in 0..5 {
+        for compress in [round % 2 == 0, round % 2 == 1] {
+            let dir = root.path().join(format!("append-{round}-{compress}"));
+            let rate = write(&dir, &events, 256, compress);
+            if compress {
+                on.push(rate)
+            } else {
+                off.push(rate)
+            }
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+    let (off, on) = (median(off), median(on));
+    let _ = writeln!(
+        o,
+        "\nAppend, batch 256, `Durability::None` + flush, median of 5 rounds: compress_sealed off {:.0}k events/s, on {:.0}k events/s ({:.2}x).",
+        off / 1e3,
+        on / 1e3,
+        on / off
+    );
+
+    // Reads, raw and compressed, of the batch-256 store.
+    let raw = root.path().join("read-raw");
+    write(&raw, &events, 256, false);
+    let packed = root.path().join("read-images");
+    copy_tree(&raw, &packed);
+    let store = Store::open(&packed, options(false, Durability::None)).unwrap();
+    let t = Instant::now();
+    let done = store.compress_sealed(ID).unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    store.close().unwrap();
+    let _ = writeln!(
+        o,
+        "`compress_sealed` of the whole session: {} segments, {:.1} MB raw in {:.2} s ({:.0} MB/s of raw segment, one thread).\n",
+        done.segments,
+        done.raw_bytes as f64 / 1e6,
+        secs,
+        done.raw_bytes as f64 / 1e6 / secs
+    );
+    let _ = writeln!(
+        o,
+        "| read (page cache warm, median of 7) | raw segments | images | images / raw |\n|---|---:|---:|---:|"
+    );
+    let n_events = events.len();
+    type Read = fn(&Path, usize);
+    let rows: [(&str, Read); 2] = [
+        ("open read-only + `load`", |d, n| {
+            let s = Store::open_read_only(d).unwrap();
+            assert_eq!(s.load(ID).unwrap().1.len(), n);
+        }),
+        ("open read-only + `derive` (+ iterate)", |d, _| {
+            let s = Store::open_read_only(d).unwrap();
+            assert!(s.derive(ID).unwrap().messages().count() > 0);
+        }),
+    ];
+    for (label, f) in rows {
+        f(&raw, n_events);
+        f(&packed, n_events);
+        let (a, b) = (
+            timed(7, || f(&raw, n_events)),
+            timed(7, || f(&packed, n_events)),
+        );
+        let _ = writeln!(
+            o,
+            "| {label} | {:.1} ms | {:.1} ms | {:.2}x |",
+            a * 1e3,
+            b * 1e3,
+            b / a
+        );
+    }
+    print!("{o}");
+}

@@ -1,0 +1,243 @@
+//! The compressed image of a sealed segment (`<first seq>.segz`): the
+//! segment's exact bytes, Zstandard-compressed as a whole, behind a 32-byte
+//! header. Decoded, it is the sealed segment byte for byte, so every offset
+//! a checkpoint or another process's index holds stays valid: the image is
+//! a way of storing a sealed segment, not another layout of its records.
+//!
+//! ```text
+//! offset  size  field
+//!      0     8  magic "SLOGSGZ\0"
+//!      8     2  image format version u16 = 1
+//!     10     2  reserved, 0
+//!     12     8  length of the decoded segment u64
+//!     20     4  CRC-32 of the compressed bytes (offset 32 to the end)
+//!     24     4  reserved, 0
+//!     28     4  CRC-32 of bytes 0..28
+//!     32     -  one Zstandard frame (content size recorded) of the segment
+//! ```
+
+use super::footer::verify_footer;
+use super::header::{SegmentIdent, read_header};
+use super::{FOOTER_LEN, Footer, HEADER_LEN, SegmentError, corrupt};
+use crate::format::bytes::{le_u32, le_u64};
+
+/// Magic bytes at offset 0 of a compressed segment image.
+pub const IMAGE_MAGIC: [u8; 8] = *b"SLOGSGZ\0";
+
+/// The image format version this build writes and reads.
+pub const IMAGE_VERSION: u16 = 1;
+
+/// Size of the image header; the Zstandard frame starts here.
+pub const IMAGE_HEADER_LEN: usize = 32;
+
+/// Zstandard level of images: sealing is off the acknowledgement path, so
+/// it pays a slower level than the per-batch packs' 1 for a smaller file.
+const IMAGE_LEVEL: i32 = 3;
+
+/// The largest decoded segment an image may claim: a segment holds at most
+/// its size limit plus one record (each under 1 GiB), so a claim above this
+/// is damage, and decoding never allocates more.
+const MAX_IMAGE_LEN: u64 = 8 << 30;
+
+/// File name of the compressed image of the segment starting at
+/// `first_seq`: the segment's name with the suffix `.segz`.
+pub fn image_file_name(first_seq: u64) -> String {
+    format!("{first_seq:020}.segz")
+}
+
+/// Inverse of [`image_file_name`]: `Some(first_seq)` for exactly 20 ASCII
+/// digits followed by `.segz`.
+pub fn parse_image_file_name(name: &str) -> Option<u64> {
+    super::parse_segment_file_name(name.strip_suffix('z')?)
+}
+
+/// Checks that `bytes` is a whole sealed segment of `ident`: its header
+/// names `ident`, its footer is valid and its records match the footer's
+/// checksum. What a sealed segment read from anywhere but its own
+/// directory (an image, the archive) must pass before it is used.
+pub fn check_sealed(bytes: &[u8], ident: &SegmentIdent) -> Result<Footer, SegmentError> {
+    if read_header(bytes)? != *ident {
+        return Err(corrupt(
+            0,
+            format!(
+                "the segment's header names another segment than the one expected \
+                 (first seq {})",
+                ident.first_seq
+            ),
+        ));
+    }
+    let footer = verify_footer(bytes)?;
+    let records = &bytes[HEADER_LEN..bytes.len() - FOOTER_LEN];
+    if crc32fast::hash(records) != footer.records_crc {
+        return Err(corrupt(
+            HEADER_LEN,
+            "the records do not match the footer's checksum",
+        ));
+    }
+    Ok(footer)
+}
+
+/// The compressed image of sealed segment `raw` (which the caller checked
+/// with [`check_sealed`]).
+pub fn encode_image(raw: &[u8]) -> Result<Vec<u8>, SegmentError> {
+    let mut out = vec![0u8; IMAGE_HEADER_LEN];
+    let frame = zstd::bulk::compress(raw, IMAGE_LEVEL)?;
+    out.extend_from_slice(&frame);
+    out[0..8].copy_from_slice(&IMAGE_MAGIC);
+    out[8..10].copy_from_slice(&IMAGE_VERSION.to_le_bytes());
+    out[12..20].copy_from_slice(&(raw.len() as u64).to_le_bytes());
+    let data_crc = crc32fast::hash(&out[IMAGE_HEADER_LEN..]);
+    out[20..24].copy_from_slice(&data_crc.to_le_bytes());
+    let crc = crc32fast::hash(&out[0..28]);
+    out[28..32].copy_from_slice(&crc.to_le_bytes());
+    Ok(out)
+}
+
+/// The length of the segment image `bytes` decodes to, from its header
+/// (checked: magic, version, checksum, bound), without decoding it.
+pub fn image_len(bytes: &[u8]) -> Result<u64, SegmentError> {
+    if bytes.len() < IMAGE_HEADER_LEN || bytes[0..8] != IMAGE_MAGIC {
+        return Err(corrupt(
+            0,
+            "not a compressed segment image (bad magic or shorter than its header)",
+        ));
+    }
+    if le_u32(bytes, 28) != crc32fast::hash(&bytes[0..28]) {
+        return Err(corrupt(0, "the image header's checksum does not match"));
+    }
+    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+    if version != IMAGE_VERSION {
+        return Err(SegmentError::UnsupportedVersion {
+            found: version,
+            supported: IMAGE_VERSION,
+        });
+    }
+    if bytes[10..12] != [0, 0] || le_u32(bytes, 24) != 0 {
+        return Err(corrupt(10, "nonzero reserved field in the image header"));
+    }
+    let len = le_u64(bytes, 12);
+    if len < (HEADER_LEN + FOOTER_LEN) as u64 || len > MAX_IMAGE_LEN {
+        return Err(corrupt(
+            12,
+            format!("the image claims an impossible segment length {len}"),
+        ));
+    }
+    Ok(len)
+}
+
+/// Decodes the image `bytes` of the sealed segment `ident` and checks the
+/// result whole ([`check_sealed`]). Offsets in errors are of the image
+/// file up to the decode, then of the decoded segment (the reason says
+/// which).
+pub fn decode_image(bytes: &[u8], ident: &SegmentIdent) -> Result<Vec<u8>, SegmentError> {
+    let len = image_len(bytes)?;
+    let data = &bytes[IMAGE_HEADER_LEN..];
+    if le_u32(bytes, 20) != crc32fast::hash(data) {
+        return Err(corrupt(
+            IMAGE_HEADER_LEN,
+            "the compressed bytes do not match the image header's checksum",
+        ));
+    }
+    // `decompress` allocates exactly `len` and fails on more output.
+    let raw = zstd::bulk::decompress(data, len as usize).map_err(|e| {
+        corrupt(
+            IMAGE_HEADER_LEN,
+            format!("the compressed bytes do not decode: {e}"),
+        )
+    })?;
+    if raw.len() as u64 != len {
+        return Err(corrupt(
+            IMAGE_HEADER_LEN,
+            format!(
+                "the image decodes to {} bytes, its header says {len}",
+                raw.len()
+            ),
+        ));
+    }
+    check_sealed(&raw, ident).map_err(|e| match e {
+        SegmentError::Corrupt { offset, reason } => SegmentError::Corrupt {
+            offset,
+            reason: format!("in the decoded segment: {reason}"),
+        },
+        other => other,
+    })?;
+    Ok(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::segment::{SegmentWriter, map_sealed};
+
+    fn sealed(dir: &std::path::Path) -> (Vec<u8>, SegmentIdent) {
+        let ident = SegmentIdent {
+            store_id: [1; 16],
+            session_uid: [2; 16],
+            first_seq: 10,
+        };
+        let path = dir.join(crate::segment::segment_file_name(10));
+        let mut w = SegmentWriter::create(&path, &ident, 0).unwrap();
+        for i in 0..20u64 {
+            w.append(10 + i, 1, format!("event {i} {}", "x".repeat(100)).as_bytes())
+                .unwrap();
+        }
+        w.seal_auto().unwrap();
+        (map_sealed(&path).unwrap().to_vec(), ident)
+    }
+
+    #[test]
+    fn an_image_decodes_to_the_exact_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let (raw, ident) = sealed(dir.path());
+        let img = encode_image(&raw).unwrap();
+        assert!(img.len() < raw.len() / 2, "{} of {}", img.len(), raw.len());
+        assert_eq!(image_len(&img).unwrap(), raw.len() as u64);
+        assert_eq!(decode_image(&img, &ident).unwrap(), raw);
+    }
+
+    #[test]
+    fn every_changed_byte_of_an_image_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (raw, ident) = sealed(dir.path());
+        let img = encode_image(&raw).unwrap();
+        for at in 0..img.len() {
+            let mut bad = img.clone();
+            bad[at] ^= 0x40;
+            let e = decode_image(&bad, &ident).expect_err("a changed byte must be caught");
+            assert!(
+                matches!(
+                    e,
+                    SegmentError::Corrupt { .. } | SegmentError::UnsupportedVersion { .. }
+                ),
+                "byte {at}: {e:?}"
+            );
+        }
+        for cut in [0, 8, IMAGE_HEADER_LEN, img.len() - 1] {
+            assert!(decode_image(&img[..cut], &ident).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn an_image_of_another_segment_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (raw, ident) = sealed(dir.path());
+        let img = encode_image(&raw).unwrap();
+        let other = SegmentIdent {
+            session_uid: [3; 16],
+            ..ident
+        };
+        let e = decode_image(&img, &other).unwrap_err();
+        assert!(e.to_string().contains("another segment"), "{e}");
+    }
+
+    #[test]
+    fn image_names_round_trip_and_are_not_segment_names() {
+        assert_eq!(image_file_name(65536), "00000000000000065536.segz");
+        assert_eq!(parse_image_file_name(&image_file_name(7)), Some(7));
+        assert_eq!(parse_image_file_name("00000000000000000007.seg"), None);
+        assert_eq!(
+            crate::segment::parse_segment_file_name(&image_file_name(7)),
+            None
+        );
+    }
+}

@@ -1,0 +1,333 @@
+//! Sealed segments stored compressed (`Options::compress_sealed`,
+//! `Store::compress_sealed`): what a store with images reads is exactly
+//! what it read before, for every kind of reader; the store's format
+//! version is raised first; a damaged image is an error naming it; a crash
+//! between the image and the raw file's removal leaves both, read as one.
+
+use sessionlog::event::OwnedEvent;
+use sessionlog::header::SessionHeader;
+use sessionlog::store::{Error, Options, Store};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{fast_tempdir, turn_log};
+
+fn options(compress: bool) -> Options {
+    Options {
+        segment_size: 4096,
+        preallocate: 4096,
+        compress_sealed: compress,
+        ..Options::default()
+    }
+}
+
+/// What a reader sees of a session: its events and derived messages.
+fn view(store: &Store, id: &str) -> (Vec<OwnedEvent>, Vec<String>) {
+    let (_, events) = store.load(id).unwrap();
+    let messages = store
+        .derive(id)
+        .unwrap()
+        .messages()
+        .map(|m| m.to_json())
+        .collect();
+    (events, messages)
+}
+
+fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    out.sort();
+    out
+}
+
+fn session_dir(store: &Path, id: &str) -> PathBuf {
+    Store::session_dir_in(store, id).unwrap()
+}
+
+fn manifest_version(store: &Path) -> u32 {
+    let m = std::fs::read(store.join("MANIFEST")).unwrap();
+    u32::from_le_bytes(m[8..12].try_into().unwrap())
+}
+
+fn wait_idle(store: &Store) {
+    let start = Instant::now();
+    while store.compression_status().pending > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "compression stuck"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A session of `turns` turns, appended a turn at a time.
+fn write(store: &Store, id: &str, turns: u64) -> Vec<OwnedEvent> {
+    let log = turn_log(turns, id);
+    store.create(SessionHeader::new(id, 0)).unwrap();
+    for turn in log.chunks(3) {
+        store.append(id, turn).unwrap();
+    }
+    log
+}
+
+#[test]
+fn sealed_segments_are_compressed_in_the_background_and_read_the_same() {
+    let dir = fast_tempdir();
+    let plain = fast_tempdir();
+    let (log, expected) = {
+        let twin = Store::open(plain.path(), options(false)).unwrap();
+        let log = write(&twin, "s", 60);
+        (log, view(&twin, "s"))
+    };
+    assert_eq!(
+        manifest_version(plain.path()),
+        3,
+        "no compression: version 3"
+    );
+
+    let store = Store::open(dir.path(), options(true)).unwrap();
+    assert_eq!(manifest_version(dir.path()), 4, "raised at open");
+    assert_eq!(write(&store, "s", 60), log);
+    wait_idle(&store);
+    let status = store.compression_status();
+    assert_eq!(status.last_error, None);
+    assert!(status.done.segments >= 3, "{status:?}");
+    assert!(
+        status.done.image_bytes < status.done.raw_bytes,
+        "{status:?}"
+    );
+    let sdir = session_dir(dir.path(), "s");
+    let images = files(&sdir, ".segz");
+    let raws = files(&sdir, ".seg");
+    assert_eq!(images.len() as u64, status.done.segments);
+    assert_eq!(raws.len(), 1, "only the active segment stays raw: {raws:?}");
+    // The writing handle (its maps of the removed raw files), a handle
+    // opened now, a read-only one: all read what the uncompressed twin does.
+    assert_eq!(view(&store, "s"), expected);
+    store.verify("s").unwrap();
+    let paths = store.segment_files("s").unwrap();
+    assert_eq!(&paths[..images.len()], &images[..]);
+    store.close().unwrap();
+    for reopened in [
+        Store::open(dir.path(), options(false)).unwrap(),
+        Store::open_read_only(dir.path()).unwrap(),
+    ] {
+        assert_eq!(view(&reopened, "s"), expected);
+        reopened.verify("s").unwrap();
+    }
+    // Without a checkpoint every record is folded again, from the images.
+    std::fs::remove_file(sdir.join("CHECKPOINT")).unwrap();
+    let rebuilt = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(view(&rebuilt, "s"), expected);
+}
+
+#[test]
+fn compress_sealed_compresses_a_store_written_without_it() {
+    let dir = fast_tempdir();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    write(&store, "s", 40);
+    let expected = view(&store, "s");
+    let reader = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(view(&reader, "s"), expected);
+    assert_eq!(manifest_version(dir.path()), 3);
+
+    let done = store.compress_sealed("s").unwrap();
+    assert!(done.segments >= 2, "{done:?}");
+    assert!(
+        done.image_bytes * 2 < done.raw_bytes,
+        "images take under half: {done:?}"
+    );
+    assert_eq!(manifest_version(dir.path()), 4, "raised before the images");
+    assert_eq!(store.compress_sealed("s").unwrap().segments, 0, "done once");
+    // A reader that loaded the session before keeps reading it; one that
+    // opens now reads the images.
+    assert_eq!(view(&reader, "s"), expected);
+    assert_eq!(view(&store, "s"), expected);
+    assert_eq!(
+        view(&Store::open_read_only(dir.path()).unwrap(), "s"),
+        expected
+    );
+    // Appending goes on (new segments, sealed ones stay compressed).
+    let more = common::next_turn(&expected.0);
+    store.append("s", &more).unwrap();
+    store.close().unwrap();
+    let reopened = Store::open(dir.path(), options(false)).unwrap();
+    let (events, _) = view(&reopened, "s");
+    assert_eq!(events.len(), expected.0.len() + 2);
+    reopened.verify("s").unwrap();
+}
+
+#[test]
+fn a_fork_shares_compressed_segments() {
+    let dir = fast_tempdir();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    let log = write(&store, "p", 40);
+    store.compress_sealed("p").unwrap();
+    store.fork("p", 60, SessionHeader::new("c", 0)).unwrap();
+    let (events, _) = view(&store, "c");
+    assert_eq!(&events[..60], &log[..60]);
+    let cdir = session_dir(dir.path(), "c");
+    let shared = files(&cdir, ".segz");
+    assert!(!shared.is_empty(), "the fork links the parent's images");
+    store.close().unwrap();
+    let reopened = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(reopened.load("c").unwrap().1, events);
+    reopened.verify("c").unwrap();
+    reopened.verify("p").unwrap();
+}
+
+#[test]
+fn a_raw_file_left_beside_its_image_is_read_and_compressed_again() {
+    let dir = fast_tempdir();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    write(&store, "s", 40);
+    let expected = view(&store, "s");
+    store.close().unwrap();
+    let sdir = session_dir(dir.path(), "s");
+    let raws = files(&sdir, ".seg");
+    let kept: Vec<(PathBuf, Vec<u8>)> = raws[..raws.len() - 1]
+        .iter()
+        .map(|p| (p.clone(), std::fs::read(p).unwrap()))
+        .collect();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    store.compress_sealed("s").unwrap();
+    store.close().unwrap();
+    // A crash after the image's rename, before the raw file's removal
+    // reached the disk: both are there.
+    for (p, bytes) in &kept {
+        std::fs::write(p, bytes).unwrap();
+    }
+    let reader = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(view(&reader, "s"), expected);
+    assert_eq!(
+        reader.segment_files("s").unwrap()[0],
+        kept[0].0,
+        "the raw file is read"
+    );
+    // The session's next writer compresses them again.
+    let store = Store::open(dir.path(), options(true)).unwrap();
+    assert_eq!(view(&store, "s"), expected);
+    let more = common::next_turn(&expected.0);
+    store.append("s", &more).unwrap();
+    wait_idle(&store);
+    assert_eq!(files(&sdir, ".seg").len(), 1, "compressed again");
+    let (events, _) = view(&store, "s");
+    assert_eq!(&events[..expected.0.len()], &expected.0[..]);
+    store.verify("s").unwrap();
+}
+
+#[test]
+fn a_damaged_image_is_an_error_naming_it() {
+    let dir = fast_tempdir();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    write(&store, "s", 40);
+    store.compress_sealed("s").unwrap();
+    store.close().unwrap();
+    let sdir = session_dir(dir.path(), "s");
+    let image = files(&sdir, ".segz")[0].clone();
+    let mut bytes = std::fs::read(&image).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x10;
+    std::fs::write(&image, &bytes).unwrap();
+    let store = Store::open_read_only(dir.path()).unwrap();
+    for result in [
+        store.load("s").map(drop),
+        store.verify("s").map(drop),
+        store.read_from("s", 0).map(drop),
+    ] {
+        match result {
+            Err(e @ (Error::Corrupt { .. } | Error::Segment { .. })) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains(&*image.file_name().unwrap().to_string_lossy()),
+                    "{msg}"
+                );
+            }
+            other => panic!("a damaged image must fail the read: {other:?}"),
+        }
+    }
+    let salvaged = store.salvage("s").unwrap();
+    let cut = salvaged.cut.expect("salvage stops at the image");
+    assert_eq!(cut.segment, image);
+    assert_eq!(cut.seq, 0);
+}
+
+#[test]
+fn a_stale_temporary_of_a_dead_compressor_is_swept() {
+    let dir = fast_tempdir();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    write(&store, "s", 40);
+    store.close().unwrap();
+    let sdir = session_dir(dir.path(), "s");
+    // pid 2^22 + 1 is above the kernel's pid limit: never a live process.
+    let stale = sdir.join(".00000000000000000000.segz.4194305-0.compress.tmp");
+    let fresh = sdir.join(".00000000000000000000.segz.4194305-1.compress.tmp");
+    for p in [&stale, &fresh] {
+        std::fs::write(p, b"partial image").unwrap();
+    }
+    let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let store = Store::open(dir.path(), options(true)).unwrap();
+    store
+        .append("s", &common::next_turn(&store.load("s").unwrap().1))
+        .unwrap();
+    wait_idle(&store);
+    assert!(!stale.exists(), "a dead process's old temporary is removed");
+    assert!(
+        fresh.exists(),
+        "a recent one may be a live writer's elsewhere"
+    );
+}
+
+#[cfg(feature = "archive")]
+#[test]
+fn compression_with_an_archive_is_refused() {
+    use sessionlog::store::ArchiveOptions;
+    use std::sync::Arc;
+    let dir = fast_tempdir();
+    let bucket: Arc<dyn sessionlog::store::object_store::ObjectStore> =
+        Arc::new(sessionlog::store::object_store::memory::InMemory::new());
+    let opts = Options {
+        archive: Some(ArchiveOptions::new(bucket, "p")),
+        ..options(true)
+    };
+    let e = Store::open(dir.path(), opts).err().expect("refused");
+    assert!(matches!(e, Error::Unsupported(_)), "{e}");
+    assert!(!dir.path().join("MANIFEST").exists() || manifest_version(dir.path()) == 3);
+}
+
+#[test]
+fn a_reader_follows_a_writer_whose_active_segment_is_sealed_and_compressed() {
+    let dir = fast_tempdir();
+    let writer = Store::open(dir.path(), options(true)).unwrap();
+    let log = turn_log(60, "s");
+    writer.create(SessionHeader::new("s", 0)).unwrap();
+    writer.append("s", &log[..3]).unwrap();
+    // The reader maps the first segment while it is the active one.
+    let reader = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(reader.load("s").unwrap().1, &log[..3]);
+    let mut tail = reader.tail("s", 3).unwrap();
+    for turn in log[3..].chunks(3) {
+        writer.append("s", turn).unwrap();
+    }
+    wait_idle(&writer);
+    let sdir = session_dir(dir.path(), "s");
+    assert!(
+        !sdir.join("00000000000000000000.seg").exists(),
+        "compressed"
+    );
+    // Its active segment was sealed, then replaced by its image: the
+    // follower and the reader read on, from the image.
+    assert_eq!(tail.poll().unwrap(), &log[3..]);
+    assert_eq!(reader.load("s").unwrap().1, log);
+    reader.verify("s").unwrap();
+}
