@@ -331,3 +331,47 @@ fn a_reader_follows_a_writer_whose_active_segment_is_sealed_and_compressed() {
     assert_eq!(reader.load("s").unwrap().1, log);
     reader.verify("s").unwrap();
 }
+
+#[test]
+fn whole_log_reads_keep_no_image_decoded_and_derive_keeps_its_own() {
+    let dir = fast_tempdir();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    let log = write(&store, "s", 60);
+    let done = store.compress_sealed("s").unwrap();
+    assert!(done.segments >= 3, "{done:?}");
+    store.close().unwrap();
+    for use_checkpoint in [true, false] {
+        if !use_checkpoint {
+            // A rebuild decodes every image it folds.
+            std::fs::remove_file(session_dir(dir.path(), "s").join("CHECKPOINT")).unwrap();
+        }
+        let reader = Store::open_read_only(dir.path()).unwrap();
+        let decoded = |what: &str| {
+            let n = reader.stats("s").unwrap().decoded_bytes;
+            eprintln!("{what}: {n}");
+            n
+        };
+        assert_eq!(reader.load("s").unwrap().1, log);
+        assert_eq!(decoded("after load"), 0, "checkpoint: {use_checkpoint}");
+        let mut streamed = Vec::new();
+        for e in reader.events("s", 0).unwrap() {
+            streamed.push(e.unwrap());
+        }
+        assert_eq!(streamed, log);
+        assert_eq!(decoded("after events"), 0);
+        let messages = reader.derive("s").unwrap().messages().count();
+        assert!(messages > 0);
+        let kept = decoded("after derive");
+        assert!(
+            kept > 0 && kept <= done.raw_bytes,
+            "{kept} of {}",
+            done.raw_bytes
+        );
+        // The next derive uses what the first kept.
+        assert_eq!(reader.derive("s").unwrap().messages().count(), messages);
+        assert_eq!(decoded("after a second derive"), kept);
+        reader.verify("s").unwrap();
+        assert_eq!(decoded("after verify"), 0);
+        assert_eq!(reader.derive("s").unwrap().messages().count(), messages);
+    }
+}

@@ -25,6 +25,8 @@ pub(super) struct BatchCursor {
     uid: [u8; 16],
     lineage: Lineage,
     segs: Vec<Seg>,
+    /// The index in `segs` of the segment read last.
+    current: Option<usize>,
     batches: BatchIndex,
     /// The next batch index to decode.
     at: usize,
@@ -44,7 +46,11 @@ impl BatchCursor {
             store_id,
             uid: s.uid,
             lineage: s.lineage.clone(),
-            segs: s.segs.clone(),
+            // Compressed images not decoded yet are decoded into the
+            // cursor's own copies, one at a time (see `with_next_batch`),
+            // not into the session's.
+            segs: s.segs.iter().map(Seg::private).collect(),
+            current: None,
             batches: s.batches.clone(),
             at,
             until,
@@ -84,6 +90,14 @@ impl BatchCursor {
         }
         self.at += 1;
         let i = self.segs.partition_point(|g| g.first_seq <= b.segment);
+        if let Some(done) = self.current.filter(|&c| i.checked_sub(1) != Some(c)) {
+            // Moving on: the last segment's decoded image (if the cursor
+            // decoded one) is dropped; nothing borrows it past a batch.
+            if let Some(fresh) = self.segs[done].released() {
+                self.segs[done] = fresh;
+            }
+        }
+        self.current = i.checked_sub(1);
         let Some(seg) = i
             .checked_sub(1)
             .map(|i| &self.segs[i])

@@ -183,7 +183,11 @@ impl Store {
         entry: SessionEntry,
         authoritative: bool,
     ) -> Result<(Session, Recovery)> {
-        self.load_session_with(entry, authoritative, true)
+        let (mut s, rec) = self.load_session_with(entry, authoritative, true)?;
+        // A rebuild decodes every compressed image it folds; none is kept
+        // (memory stays bounded by what later reads need).
+        s.release_images();
+        Ok((s, rec))
     }
 
     /// [`Store::load_session`], ignoring the checkpoint unless

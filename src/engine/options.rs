@@ -62,9 +62,10 @@ pub struct Options {
     /// compresses the sealed segments it finds raw when it loads the
     /// session. Sealed data then takes about 0.2-0.4x the bytes of plain
     /// JSONL. The cost is on reads of sealed data: a segment is decoded
-    /// whole when a read first needs it (its decoded bytes stay in memory
-    /// while the session is loaded), so a derive or full read after a
-    /// reopen decodes what it touches. The active segment, the hot tail,
+    /// whole when a read needs it. Reads through the whole log decode one
+    /// segment at a time and keep none; a derive keeps the segments
+    /// holding the messages it reads decoded while the session is loaded
+    /// (`SessionStats::decoded_bytes`). The active segment, the hot tail,
     /// is never compressed. Turning it on raises the store to format
     /// version 4 (`format-spec.md`, sections 2 and 3.5), which builds
     /// older than 2026-12-06 refuse; any build that reads version 4 reads

@@ -55,6 +55,11 @@ pub struct SessionStats {
     /// The part of `bytes` in sealed segments; the rest is the active
     /// segment, the hot tail that is never compressed.
     pub sealed_bytes: u64,
+    /// Bytes of compressed images this handle holds decoded in memory for
+    /// the session: the segments holding the messages a derive read (kept
+    /// for the next derive while the session is loaded). Other reads
+    /// decode one segment at a time and keep none.
+    pub decoded_bytes: u64,
     /// What the session really costs on the device: the allocated blocks
     /// of every file in its directory (segments with their preallocated
     /// space, `HEADER`, `CHECKPOINT`, `LINEAGE`; hard-linked segments a
@@ -196,6 +201,14 @@ impl Store {
     }
 
     fn verify_locked(&self, s: &mut Session, id: &str) -> Result<VerifyReport> {
+        let report = self.verify_files(s, id);
+        // Every compressed image was decoded (twice: the session's view and
+        // the files read afresh); none is kept.
+        s.release_images();
+        report
+    }
+
+    fn verify_files(&self, s: &mut Session, id: &str) -> Result<VerifyReport> {
         self.materialise(s)?;
         s.fetch_all()?; // issue 17: segments only in the archive
         let mut report = VerifyReport::default();
@@ -336,6 +349,7 @@ impl Store {
             compressed_segments,
             bytes,
             sealed_bytes,
+            decoded_bytes: s.decoded_bytes(),
             allocated,
             jsonl_bytes,
             events_since_checkpoint: s.since_checkpoint,

@@ -1,6 +1,8 @@
-//! A sealed segment that is not in the session directory but is in the
-//! archive (issue 17): known at load by its first seq and length (from the
-//! bucket's listing), fetched only when a read needs its bytes.
+//! A sealed segment whose bytes are not mapped from the session directory:
+//! one in the archive only (issue 17), known at load by its first seq and
+//! length (from the bucket's listing) and fetched when a read needs its
+//! bytes, or one stored as a compressed image (`segfiles.rs`), decoded when
+//! a read needs its bytes.
 //!
 //! Reads that can fail cleanly fetch first (the batch cursor of reads and
 //! iteration, one segment as its first batch is read;
@@ -21,10 +23,24 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// Fetches the segment (durably, into the session directory) and maps it.
 pub(crate) type FetchFn = Box<dyn Fn() -> Result<SegmentBytes> + Send + Sync>;
 
+/// Decodes a compressed segment image (`segfiles.rs`); shared, so a
+/// fresh unfetched copy of the segment can be made.
+pub(crate) type DecodeFn = Arc<dyn Fn() -> Result<SegmentBytes> + Send + Sync>;
+
+/// Where a lazy segment's bytes come from.
+enum Source {
+    /// The archive: fetched once into the session directory, then mapped.
+    Archive(FetchFn),
+    /// A compressed image in the session directory: decoded into memory,
+    /// so a copy that drops its decoded bytes can be made (see
+    /// [`Seg::released`]).
+    Image(DecodeFn),
+}
+
 /// One remote segment: its length, and its bytes once fetched.
 pub(crate) struct Remote {
     len: u64,
-    fetch: FetchFn,
+    source: Source,
     bytes: OnceLock<SegmentBytes>,
     /// One fetch at a time per segment within a handle (other handles and
     /// processes are kept apart by unique temporary names and the rename).
@@ -33,9 +49,18 @@ pub(crate) struct Remote {
 
 impl Remote {
     pub(crate) fn new(len: u64, fetch: FetchFn) -> Arc<Remote> {
+        Remote::with(len, Source::Archive(fetch))
+    }
+
+    /// A segment stored as a compressed image, decoded by `decode`.
+    pub(crate) fn image(len: u64, decode: DecodeFn) -> Arc<Remote> {
+        Remote::with(len, Source::Image(decode))
+    }
+
+    fn with(len: u64, source: Source) -> Arc<Remote> {
         Arc::new(Remote {
             len,
-            fetch,
+            source,
             bytes: OnceLock::new(),
             fetching: Mutex::new(()),
         })
@@ -53,7 +78,10 @@ impl Remote {
         if let Some(b) = self.bytes.get() {
             return Ok(b);
         }
-        let b = (self.fetch)()?;
+        let b = match &self.source {
+            Source::Archive(fetch) => fetch()?,
+            Source::Image(decode) => decode()?,
+        };
         Ok(self.bytes.get_or_init(|| b))
     }
 
@@ -109,6 +137,45 @@ impl Seg {
         self.remote.as_ref().is_some_and(|r| !r.resident())
     }
 
+    /// Decoded bytes of a compressed image this segment holds in memory
+    /// (0 for anything else).
+    pub(super) fn decoded_bytes(&self) -> u64 {
+        match &self.remote {
+            Some(r) if matches!(r.source, Source::Image(_)) && r.resident() => r.len,
+            _ => 0,
+        }
+    }
+
+    /// The same segment without its decoded bytes, if it is a compressed
+    /// image that holds them: reads through the copy decode it again. Any
+    /// clone of `self` (a read in progress, a derived snapshot) keeps the
+    /// old bytes alive until it is dropped, so nothing it borrows goes away.
+    pub(super) fn released(&self) -> Option<Seg> {
+        let r = self.remote.as_ref().filter(|r| r.resident())?;
+        let Source::Image(decode) = &r.source else {
+            return None;
+        };
+        let fresh = Remote::image(r.len, decode.clone());
+        Some(Seg::remote(self.first_seq, self.path.clone(), fresh))
+    }
+
+    /// A copy for a reader of its own: a compressed image not decoded yet
+    /// gets a fresh source, so decoding it fills the copy, not `self`;
+    /// anything else is shared.
+    pub(super) fn private(&self) -> Seg {
+        match &self.remote {
+            Some(r) if !r.resident() => match &r.source {
+                Source::Image(decode) => Seg::remote(
+                    self.first_seq,
+                    self.path.clone(),
+                    Remote::image(r.len, decode.clone()),
+                ),
+                Source::Archive(_) => self.clone(),
+            },
+            _ => self.clone(),
+        }
+    }
+
     /// Fetches the segment if it is remote.
     pub(super) fn fetch(&self) -> Result<()> {
         match &self.remote {
@@ -146,5 +213,23 @@ impl Session {
     /// Fetches every remote segment.
     pub(super) fn fetch_all(&self) -> Result<()> {
         self.segs.iter().try_for_each(Seg::fetch)
+    }
+
+    /// Drops the decoded bytes of this session's compressed images (a
+    /// whole-log read or a rebuild decodes them all); the next read that
+    /// needs one decodes it again. Derive's working set is kept apart:
+    /// [`Session::fetch_nodes`] decodes what derive reads, and a derive
+    /// holds its own clones.
+    pub(super) fn release_images(&mut self) {
+        for seg in &mut self.segs {
+            if let Some(fresh) = seg.released() {
+                *seg = fresh;
+            }
+        }
+    }
+
+    /// Bytes of compressed images this session holds decoded.
+    pub(super) fn decoded_bytes(&self) -> u64 {
+        self.segs.iter().map(Seg::decoded_bytes).sum()
     }
 }

@@ -122,7 +122,7 @@ impl Store {
         let zmap = self.inner.vfs.map(path).map_err(io_at(path))?;
         let len = segment::image_len(&zmap).map_err(|e| segment_error(id, path, e))?;
         let (id, at) = (id.to_owned(), path.to_owned());
-        let decode = Box::new(move || {
+        let decode = std::sync::Arc::new(move || {
             segment::decode_image(&zmap, &ident)
                 .map(SegmentBytes::new)
                 .map_err(|e| segment_error(&id, &at, e))
@@ -130,7 +130,7 @@ impl Store {
         Ok(Seg::remote(
             first_seq,
             path.to_owned(),
-            Remote::new(len, decode),
+            Remote::image(len, decode),
         ))
     }
 
