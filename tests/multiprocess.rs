@@ -1,6 +1,7 @@
 //! Several processes on one store: two writer processes (each writing its
-//! own sessions) killed with SIGKILL at pseudo-random moments, again and
-//! again, while a third process reads every session the whole time; two
+//! own sessions; one of them storing sealed segments compressed) killed
+//! with SIGKILL at pseudo-random moments, again and again, while a third
+//! process reads every session the whole time; two
 //! `import`s racing to create a store; one process touching 10,000 sessions
 //! with 1,024 file descriptors.
 //!
@@ -119,7 +120,14 @@ fn writer(dir: &Path) {
     let k: usize = std::env::var(INDEX_ENV).unwrap().parse().unwrap();
     let started = Instant::now();
     let (header, events, bounds) = plan(k);
-    let store = Store::open(dir, options()).expect("writer: open");
+    // Every other writer stores its sealed segments compressed: its
+    // background thread is killed mid-image too, and the reader meets raw
+    // files replaced by images under it.
+    let opts = Options {
+        compress_sealed: k % 2 == 1,
+        ..options()
+    };
+    let store = Store::open(dir, opts).expect("writer: open");
     store.create(header).expect("writer: create");
     let id = session_id(k);
     let mut out = std::io::stdout();
@@ -306,6 +314,19 @@ fn two_writer_processes_killed_and_a_reader_process_lose_nothing() {
         sessions += 1;
     }
     assert!(sessions >= 10, "{sessions} sessions written");
+    let images = std::fs::read_dir(dir.join("sessions"))
+        .unwrap()
+        .filter_map(|d| std::fs::read_dir(d.unwrap().path()).ok())
+        .flatten()
+        .filter(|f| {
+            f.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|e| e == "segz")
+        })
+        .count();
+    assert!(images > 0, "the compressing writers left images");
     println!(
         "{rounds} rounds, {} writer kills, {sessions} sessions, reader checked {checked} logs",
         2 * rounds

@@ -4,7 +4,8 @@
 //!
 //! The test binary re-executes itself: with `SESSIONLOG_SIGKILL_CHILD` set,
 //! the test `sigkill_child_appends_until_killed` is the child. Child number
-//! `k` opens the store (`Durability::Sync`), loads and verifies the session
+//! `k` opens the store (`Durability::Sync`; odd ones with
+//! `compress_sealed`), loads and verifies the session
 //! of child `k - 1` (so recovery itself runs, and is killed, under load),
 //! creates session `run-k` and appends the generated stream of child `k` in
 //! batches of pseudo-random sizes. After each `append` returns it prints
@@ -115,7 +116,14 @@ fn sigkill_child_appends_until_killed() {
         .expect("child index is a number");
     let started = Instant::now();
     let (header, events, bounds) = plan(k);
-    let store = Store::open(PathBuf::from(dir), options()).expect("child: open the store");
+    // Every other child stores its sealed segments compressed, so kills
+    // land in its background compression too (an image half written, or
+    // renamed with the raw file still there).
+    let opts = Options {
+        compress_sealed: k % 2 == 1,
+        ..options()
+    };
+    let store = Store::open(PathBuf::from(dir), opts).expect("child: open the store");
     if k > 0 {
         // Recovery of the previous child's session, killed or not.
         let prev = session_id(k - 1);
