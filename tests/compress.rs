@@ -375,3 +375,36 @@ fn whole_log_reads_keep_no_image_decoded_and_derive_keeps_its_own() {
         assert_eq!(reader.derive("s").unwrap().messages().count(), messages);
     }
 }
+
+#[test]
+fn an_import_is_compressed_once_published_and_leaves_no_temporary() {
+    let dir = fast_tempdir();
+    // Small records, so the import's batches fill several segments.
+    let opts = Options {
+        max_record: 4096,
+        ..options(true)
+    };
+    let store = Store::open(dir.path(), opts).unwrap();
+    let log = turn_log(80, "i");
+    store
+        .import(SessionHeader::new("i", 0), &log, false)
+        .unwrap();
+    wait_idle(&store);
+    let status = store.compression_status();
+    assert_eq!(status.last_error, None);
+    let sdir = session_dir(dir.path(), "i");
+    let names: Vec<String> = std::fs::read_dir(&sdir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.ends_with(".tmp")),
+        "no temporary left: {names:?}"
+    );
+    let images = files(&sdir, ".segz").len() as u64;
+    assert!(images >= 3, "{names:?}");
+    assert_eq!(status.done.segments, images, "each compressed once");
+    assert_eq!(files(&sdir, ".seg").len(), 1, "{names:?}");
+    assert_eq!(store.load("i").unwrap().1, log);
+    store.verify("i").unwrap();
+}

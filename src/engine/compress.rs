@@ -330,6 +330,12 @@ impl Store {
         let Some(c) = &self.inner.compressor else {
             return;
         };
+        // A session being built in staging (an import, a fork) is queued
+        // once it is published: its directory is about to move.
+        let live = self.session_dir(&s.header.id).is_ok_and(|d| d == s.dir);
+        if s.unpublished || s.staged || !live {
+            return;
+        }
         if first_seq.is_none() {
             super::tmpfile::sweep(&*self.inner.vfs, &s.dir, super::tmpfile::COMPRESS);
         }

@@ -349,6 +349,8 @@ impl Store {
         c.lock = s.lock.take();
         c.dir_ino = self.inner.vfs.metadata(&c.dir).map_or(0, |m| m.ino);
         *s = c;
+        // Segments the build sealed, now in their final directory.
+        self.queue_compression(s, None);
         // Durable and published.
         progress(events.len() as u64);
         Ok(())
