@@ -1247,4 +1247,22 @@ fn compress_stores_sealed_segments_as_images_and_stats_counts_them() {
     assert!(ok(&store, &["verify", "s"]).starts_with("OK s "));
     let again = ok(&store, &["compress", "s"]);
     assert!(again.starts_with("s compressed 0 segments"), "{again}");
+    // --seal: the active segment too, so nothing stays raw.
+    let sealed = ok(&store, &["compress", "--seal", "s"]);
+    assert!(
+        sealed.starts_with("s sealed, compressed 1 segment "),
+        "{sealed}"
+    );
+    let stats = ok(&store, &["stats", "s"]);
+    let field = |key: &str| -> String {
+        stats
+            .split(' ')
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key} in {stats:?}"))
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(field("compressed"), field("segments"), "{stats}");
+    assert_eq!(field("sealed_bytes"), field("bytes"), "{stats}");
+    assert_eq!(ok(&store, &["cat", "s"]), cat_before);
 }

@@ -408,3 +408,46 @@ fn an_import_is_compressed_once_published_and_leaves_no_temporary() {
     assert_eq!(store.load("i").unwrap().1, log);
     store.verify("i").unwrap();
 }
+
+#[test]
+fn a_sealed_small_session_is_compressed_whole_and_appends_go_on() {
+    let dir = fast_tempdir();
+    // Default segment size: a small session never fills one.
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let log = write(&store, "s", 30);
+    let expected = view(&store, "s");
+    assert_eq!(
+        store.compress_sealed("s").unwrap().segments,
+        0,
+        "nothing sealed"
+    );
+    assert!(store.seal("s").unwrap());
+    assert!(!store.seal("s").unwrap(), "nothing left to seal");
+    let done = store.compress_sealed("s").unwrap();
+    assert_eq!(done.segments, 1);
+    let sdir = session_dir(dir.path(), "s");
+    assert!(files(&sdir, ".seg").is_empty(), "the whole log is an image");
+    assert_eq!(view(&store, "s"), expected);
+    let stats = store.stats("s").unwrap();
+    assert_eq!(stats.sealed_bytes, stats.bytes, "no hot tail: {stats:?}");
+    assert!(stats.bytes * 2 < stats.jsonl_bytes, "{stats:?}");
+    store.close().unwrap();
+    for reopened in [
+        Store::open_read_only(dir.path()).unwrap(),
+        Store::open(dir.path(), Options::default()).unwrap(),
+    ] {
+        assert_eq!(view(&reopened, "s"), expected);
+        reopened.verify("s").unwrap();
+    }
+    // The next append starts a new segment after the image.
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let more = common::next_turn(&log);
+    store.append("s", &more).unwrap();
+    assert_eq!(files(&sdir, ".seg").len(), 1);
+    store.close().unwrap();
+    let reader = Store::open_read_only(dir.path()).unwrap();
+    let (events, _) = view(&reader, "s");
+    assert_eq!(&events[..log.len()], &log[..]);
+    assert_eq!(&events[log.len()..], &more[..]);
+    reader.verify("s").unwrap();
+}

@@ -239,6 +239,11 @@ enum Command {
     /// raised to format version 4 first, which older builds refuse. Prints
     /// what each session saved.
     Compress {
+        /// Seal each session's active segment first, so its whole log is
+        /// compressed (for finished or idle sessions; the next append
+        /// starts a new segment).
+        #[arg(long)]
+        seal: bool,
         /// A session id (default: every session).
         id: Option<String>,
     },
@@ -887,7 +892,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
         #[cfg(feature = "archive")]
         Command::ArchiveSync => archive_sync(dir, out),
         Command::Stats { id, json } => crate::space::stats(dir, id, json, out),
-        Command::Compress { id } => crate::space::compress(dir, id, out),
+        Command::Compress { id, seal } => crate::space::compress(dir, id, seal, out),
     }
 }
 

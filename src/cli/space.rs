@@ -62,10 +62,11 @@ pub(crate) fn stats(
 }
 
 /// `compress`: the sealed segments of one session, or of all, stored as
-/// compressed images now.
+/// compressed images now; with `seal`, the active segments sealed first.
 pub(crate) fn compress(
     dir: &Path,
     id: Option<String>,
+    seal: bool,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
     let store = open_writer(dir, false)?;
@@ -75,10 +76,12 @@ pub(crate) fn compress(
     };
     let mut total = store::Compressed::default();
     for id in &ids {
+        let sealed = seal && store.seal(id).map_err(store_err)?;
         let done = store.compress_sealed(id).map_err(store_err)?;
         writeln!(
             out,
-            "{id} compressed {} ({} -> {} bytes)",
+            "{id} {}compressed {} ({} -> {} bytes)",
+            if sealed { "sealed, " } else { "" },
             plural(done.segments, "segment"),
             done.raw_bytes,
             done.image_bytes

@@ -311,6 +311,24 @@ impl Store {
         })
     }
 
+    /// Seals session `id`'s active segment now, if it holds records, and
+    /// returns whether it did: its whole log is then in sealed segments,
+    /// which [`Store::compress_sealed`] (or, with
+    /// [`Options::compress_sealed`](super::Options), this handle's
+    /// background thread) can compress. For a session that is finished or
+    /// idle: its next append starts a new segment. Takes the session's
+    /// writer lock (an error if another handle writes it).
+    pub fn seal(&self, id: &str) -> Result<bool> {
+        self.writable()?;
+        self.with_session(id, |s| {
+            self.ensure_writer(s)?;
+            match &s.writer {
+                Some(w) if !w.is_empty() => self.roll_over(s).map(|()| true),
+                _ => Ok(false),
+            }
+        })
+    }
+
     /// What this handle's background compression has done and has queued
     /// (all zero without [`Options::compress_sealed`](super::Options)).
     pub fn compression_status(&self) -> CompressionStatus {
