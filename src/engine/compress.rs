@@ -186,7 +186,8 @@ fn run_job(vfs: &dyn Vfs, sessions: &Sessions, job: &Job) -> Result<Option<Compr
 
 /// Step 1: the image of sealed segment `ident` of session `id` (in `dir`)
 /// written and synced under a temporary name. `None` when the raw file is
-/// gone (compressed already, or the session removed).
+/// gone (compressed already, or the session removed) or is another
+/// incarnation's (the session replaced since the job was queued).
 pub(super) fn prepare(
     vfs: &dyn Vfs,
     id: &str,
@@ -199,6 +200,9 @@ pub(super) fn prepare(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_at(&raw)(e)),
     };
+    if segment::read_header(&map).is_ok_and(|h| h.session_uid != ident.session_uid) {
+        return Ok(None);
+    }
     segment::check_sealed(&map, ident).map_err(|e| segment_error(id, &raw, e))?;
     let image = segment::encode_image(&map).map_err(|e| segment_error(id, &raw, e))?;
     let name = segment::image_file_name(ident.first_seq);
@@ -384,5 +388,43 @@ impl Store {
             *m = m.upgrade_with(&*self.inner.vfs, &self.inner.dir)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::segment::SegmentWriter;
+    use crate::vfs::RealFs;
+
+    fn sealed_segment(dir: &Path, ident: &SegmentIdent) {
+        let path = dir.join(segment::segment_file_name(ident.first_seq));
+        let mut w = SegmentWriter::create(&path, ident, 0).unwrap();
+        w.append(ident.first_seq, 1, b"some codec bytes").unwrap();
+        w.seal_auto().unwrap();
+    }
+
+    #[test]
+    fn prepare_skips_a_gone_or_replaced_segment_and_images_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let ident = SegmentIdent {
+            store_id: [1; 16],
+            session_uid: [2; 16],
+            first_seq: 0,
+        };
+        assert!(prepare(&RealFs, "s", dir.path(), &ident).unwrap().is_none());
+        sealed_segment(dir.path(), &ident);
+        // Queued for another incarnation of the id: not this file's.
+        let older = SegmentIdent {
+            session_uid: [3; 16],
+            ..ident
+        };
+        assert!(prepare(&RealFs, "s", dir.path(), &older).unwrap().is_none());
+        let p = prepare(&RealFs, "s", dir.path(), &ident).unwrap().unwrap();
+        let image = std::fs::read(&p.tmp).unwrap();
+        let raw = std::fs::read(&p.raw).unwrap();
+        assert_eq!(segment::decode_image(&image, &ident).unwrap(), raw);
+        abandon(&RealFs, &p);
+        assert!(!p.tmp.exists());
     }
 }
