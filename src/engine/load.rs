@@ -524,7 +524,7 @@ impl Store {
                 // is removed only once its image is in place).
                 Err(e)
                     if e.kind() == std::io::ErrorKind::NotFound
-                        && vfs.exists(&path.with_extension("segz")) =>
+                        && super::segfiles::image_of(path).is_some_and(|p| vfs.exists(&p)) =>
                 {
                     return Ok(segment::Committed::Sealed { end: 0 });
                 }

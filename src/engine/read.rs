@@ -202,15 +202,16 @@ impl Store {
 
     fn verify_locked(&self, s: &mut Session, id: &str) -> Result<VerifyReport> {
         let report = self.verify_files(s, id);
-        // Every compressed image was decoded (twice: the session's view and
-        // the files read afresh); none is kept.
+        // Verify decodes compressed images from the files it reads; any the
+        // session's view decoded meanwhile (the checkpoint's checks) are
+        // not kept either.
         s.release_images();
         report
     }
 
     fn verify_files(&self, s: &mut Session, id: &str) -> Result<VerifyReport> {
         self.materialise(s)?;
-        s.fetch_all()?; // issue 17: segments only in the archive
+        s.fetch_archived()?; // issue 17: segments only in the archive
         let mut report = VerifyReport::default();
         let mut state = SessionState::new(self.inner.options.strict);
         let mut log: Vec<OwnedEvent> = Vec::new();

@@ -6,7 +6,7 @@
 //!
 //! Reads that can fail cleanly fetch first (the batch cursor of reads and
 //! iteration, one segment as its first batch is read;
-//! [`Session::fetch_nodes`] for derive; [`Session::fetch_all`] for
+//! [`Session::fetch_nodes`] for derive; [`Session::fetch_archived`] for
 //! verify), so a missing or damaged object is an error naming the session,
 //! the segment and the key.
 //! Every other access to [`Seg::map`] fetches on first touch too (the map
@@ -146,12 +146,10 @@ impl Seg {
         }
     }
 
-    /// The same segment without its decoded bytes, if it is a compressed
-    /// image that holds them: reads through the copy decode it again. Any
-    /// clone of `self` (a read in progress, a derived snapshot) keeps the
-    /// old bytes alive until it is dropped, so nothing it borrows goes away.
-    pub(super) fn released(&self) -> Option<Seg> {
-        let r = self.remote.as_ref().filter(|r| r.resident())?;
+    /// A fresh, undecoded copy of this segment if it is a compressed image
+    /// (its decode function shared), `None` for anything else.
+    fn fresh_image(&self) -> Option<Seg> {
+        let r = self.remote.as_ref()?;
         let Source::Image(decode) = &r.source else {
             return None;
         };
@@ -159,19 +157,21 @@ impl Seg {
         Some(Seg::remote(self.first_seq, self.path.clone(), fresh))
     }
 
+    /// The same segment without its decoded bytes, if it is a compressed
+    /// image that holds them: reads through the copy decode it again. Any
+    /// clone of `self` (a read in progress, a derived snapshot) keeps the
+    /// old bytes alive until it is dropped, so nothing it borrows goes away.
+    pub(super) fn released(&self) -> Option<Seg> {
+        self.remote.as_ref().filter(|r| r.resident())?;
+        self.fresh_image()
+    }
+
     /// A copy for a reader of its own: a compressed image not decoded yet
     /// gets a fresh source, so decoding it fills the copy, not `self`;
     /// anything else is shared.
     pub(super) fn private(&self) -> Seg {
         match &self.remote {
-            Some(r) if !r.resident() => match &r.source {
-                Source::Image(decode) => Seg::remote(
-                    self.first_seq,
-                    self.path.clone(),
-                    Remote::image(r.len, decode.clone()),
-                ),
-                Source::Archive(_) => self.clone(),
-            },
+            Some(r) if !r.resident() => self.fresh_image().unwrap_or_else(|| self.clone()),
             _ => self.clone(),
         }
     }
@@ -210,9 +210,17 @@ impl Session {
         Ok(())
     }
 
-    /// Fetches every remote segment.
-    pub(super) fn fetch_all(&self) -> Result<()> {
-        self.segs.iter().try_for_each(Seg::fetch)
+    /// Fetches every segment that is only in the archive (compressed
+    /// images are decoded by whoever reads them).
+    pub(super) fn fetch_archived(&self) -> Result<()> {
+        self.segs
+            .iter()
+            .filter(|g| {
+                g.remote
+                    .as_ref()
+                    .is_some_and(|r| matches!(r.source, Source::Archive(_)))
+            })
+            .try_for_each(Seg::fetch)
     }
 
     /// Drops the decoded bytes of this session's compressed images (a

@@ -41,7 +41,7 @@ pub(super) fn is_image(path: &Path) -> bool {
 }
 
 /// The image that replaced raw segment file `path`, if `path` is raw.
-fn image_of(path: &Path) -> Option<PathBuf> {
+pub(super) fn image_of(path: &Path) -> Option<PathBuf> {
     let name = path.file_name()?.to_str()?;
     let seq = segment::parse_segment_file_name(name)?;
     Some(path.with_file_name(segment::image_file_name(seq)))
