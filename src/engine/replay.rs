@@ -259,8 +259,9 @@ impl Store {
             };
             let file = match vfs.open(&path, true) {
                 Ok(f) => f,
-                // Removed since (an archived segment evicted, a session
-                // replaced): its records were durable before that.
+                // Removed since (an archived segment evicted, a sealed one
+                // replaced by its compressed image, a session replaced):
+                // its records were durable before that.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(io_err(e)),
             };
