@@ -78,6 +78,19 @@ impl BatchCursor {
         self.with_next_batch(|events| events.into_iter().map(|e| e.into_owned()).collect())
     }
 
+    /// Moving on to segment `next` (an index in `segs`): the last one's
+    /// decoded image, if the cursor decoded one, is dropped; nothing
+    /// borrows it past a batch. Once per segment, out of the batch loop.
+    #[inline(never)]
+    fn move_to(&mut self, next: Option<usize>) {
+        if let Some(done) = self.current
+            && let Some(fresh) = self.segs[done].released()
+        {
+            self.segs[done] = fresh;
+        }
+        self.current = next;
+    }
+
     /// Decodes the next batch and lends its events, borrowed from the
     /// mapped segment, to `f`; `None` past the end (or `until`).
     pub(super) fn with_next_batch<R>(
@@ -90,14 +103,9 @@ impl BatchCursor {
         }
         self.at += 1;
         let i = self.segs.partition_point(|g| g.first_seq <= b.segment);
-        if let Some(done) = self.current.filter(|&c| i.checked_sub(1) != Some(c)) {
-            // Moving on: the last segment's decoded image (if the cursor
-            // decoded one) is dropped; nothing borrows it past a batch.
-            if let Some(fresh) = self.segs[done].released() {
-                self.segs[done] = fresh;
-            }
+        if self.current != i.checked_sub(1) {
+            self.move_to(i.checked_sub(1));
         }
-        self.current = i.checked_sub(1);
         let Some(seg) = i
             .checked_sub(1)
             .map(|i| &self.segs[i])
