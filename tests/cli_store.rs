@@ -1228,15 +1228,7 @@ fn compress_stores_sealed_segments_as_images_and_stats_counts_them() {
         .unwrap();
     assert!(n >= 2, "{out}");
     let stats = ok(&store, &["stats", "s"]);
-    let field = |key: &str| -> u64 {
-        stats
-            .split(' ')
-            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-            .unwrap_or_else(|| panic!("no {key} in {stats:?}"))
-            .trim()
-            .parse()
-            .unwrap()
-    };
+    let field = |key: &str| stat_field(&stats, key);
     assert_eq!(field("compressed"), n, "{stats}");
     assert!(field("sealed_bytes") < field("bytes"), "{stats}");
     assert!(
@@ -1254,15 +1246,19 @@ fn compress_stores_sealed_segments_as_images_and_stats_counts_them() {
         "{sealed}"
     );
     let stats = ok(&store, &["stats", "s"]);
-    let field = |key: &str| -> String {
-        stats
-            .split(' ')
-            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-            .unwrap_or_else(|| panic!("no {key} in {stats:?}"))
-            .trim()
-            .to_owned()
-    };
+    let field = |key: &str| stat_field(&stats, key);
     assert_eq!(field("compressed"), field("segments"), "{stats}");
     assert_eq!(field("sealed_bytes"), field("bytes"), "{stats}");
     assert_eq!(ok(&store, &["cat", "s"]), cat_before);
+}
+
+/// The number after `key=` in a `stats` line.
+fn stat_field(stats: &str, key: &str) -> u64 {
+    stats
+        .split(' ')
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {stats:?}"))
+        .trim()
+        .parse()
+        .unwrap()
 }
