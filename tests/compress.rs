@@ -451,3 +451,95 @@ fn a_sealed_small_session_is_compressed_whole_and_appends_go_on() {
     assert_eq!(&events[log.len()..], &more[..]);
     reader.verify("s").unwrap();
 }
+
+/// A file system whose directory listings still show the raw name of every
+/// compressed segment, as a listing read just before a compression would:
+/// every reader then finds the raw file gone and must read the image.
+#[derive(Debug)]
+struct StaleListings(sessionlog::vfs::RealFs);
+
+impl sessionlog::vfs::Vfs for StaleListings {
+    fn create_new(&self, p: &Path) -> std::io::Result<Box<dyn sessionlog::vfs::VfsFile>> {
+        self.0.create_new(p)
+    }
+    fn open(&self, p: &Path, w: bool) -> std::io::Result<Box<dyn sessionlog::vfs::VfsFile>> {
+        self.0.open(p, w)
+    }
+    fn read_file(&self, p: &Path) -> std::io::Result<Vec<u8>> {
+        self.0.read_file(p)
+    }
+    fn map(&self, p: &Path) -> std::io::Result<sessionlog::vfs::SegmentBytes> {
+        self.0.map(p)
+    }
+    fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        self.0.rename(a, b)
+    }
+    fn rename_noreplace(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        self.0.rename_noreplace(a, b)
+    }
+    fn exchange(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        self.0.exchange(a, b)
+    }
+    fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+        self.0.remove_file(p)
+    }
+    fn remove_dir_all(&self, p: &Path) -> std::io::Result<()> {
+        self.0.remove_dir_all(p)
+    }
+    fn create_dir(&self, p: &Path) -> std::io::Result<()> {
+        self.0.create_dir(p)
+    }
+    fn sync_dir(&self, p: &Path) -> std::io::Result<()> {
+        self.0.sync_dir(p)
+    }
+    fn hard_link(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        self.0.hard_link(a, b)
+    }
+    fn read_dir(&self, p: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+        let names = self.0.read_dir(p)?;
+        Ok(names
+            .into_iter()
+            .map(|n| match n.to_str().and_then(|s| s.strip_suffix(".segz")) {
+                Some(stem) => format!("{stem}.seg").into(),
+                None => n,
+            })
+            .collect())
+    }
+    fn metadata(&self, p: &Path) -> std::io::Result<sessionlog::vfs::Metadata> {
+        self.0.metadata(p)
+    }
+    fn symlink_metadata(&self, p: &Path) -> std::io::Result<sessionlog::vfs::Metadata> {
+        self.0.symlink_metadata(p)
+    }
+}
+
+#[test]
+fn a_raw_segment_listed_but_gone_is_read_from_its_image_everywhere() {
+    let dir = fast_tempdir();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    let log = write(&store, "s", 40);
+    let expected = view(&store, "s");
+    assert!(store.compress_sealed("s").unwrap().segments >= 2);
+    store.close().unwrap();
+    let stale: std::sync::Arc<dyn sessionlog::vfs::Vfs> =
+        std::sync::Arc::new(StaleListings(sessionlog::vfs::RealFs));
+    // Reads with and without the checkpoint (a rebuild maps every segment).
+    for rebuild in [false, true] {
+        if rebuild {
+            let ck = session_dir(dir.path(), "s").join("CHECKPOINT");
+            let _ = std::fs::remove_file(ck);
+        }
+        let reader = Store::open_read_only_with_vfs(dir.path(), stale.clone()).unwrap();
+        assert_eq!(view(&reader, "s"), expected, "rebuild: {rebuild}");
+        reader.verify("s").unwrap();
+        let salvaged = reader.salvage("s").unwrap();
+        assert_eq!(salvaged.cut, None);
+        assert_eq!(salvaged.events, log);
+    }
+    // A fork links the images it shares.
+    let writer = Store::open_with_vfs(dir.path(), options(false), stale).unwrap();
+    writer.fork("s", 60, SessionHeader::new("c", 0)).unwrap();
+    assert_eq!(&writer.load("c").unwrap().1[..60], &log[..60]);
+    assert!(!files(&session_dir(dir.path(), "c"), ".segz").is_empty());
+    writer.verify("c").unwrap();
+}

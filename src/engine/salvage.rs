@@ -84,7 +84,11 @@ impl Store {
                 session_uid: lineage.owner(*first_seq).unwrap_or(entry.uid),
                 first_seq: *first_seq,
             };
-            let (bytes, end, sealed) = if super::segfiles::is_image(path) {
+            // A raw file found gone was compressed meanwhile: its image.
+            let image = super::segfiles::is_image(path)
+                || !vfs.exists(path)
+                    && super::segfiles::image_of(path).is_some_and(|i| vfs.exists(&i));
+            let (bytes, end, sealed) = if image {
                 // A compressed sealed segment is usable whole or not at all:
                 // its image decodes and checks whole, or the salvage stops.
                 match self.read_seg_file(id, path, &ident) {
