@@ -50,8 +50,20 @@ export declare class SessionLog {
   close(): Promise<void>
 }
 
+/**
+ * Store options of `openSessionLog`; each is off when absent. Every handle on
+ * one root in a process shares one store, so all must pass the same options:
+ * the first hook of a handle that differs rejects with `SESSIONLOG_OPTIONS`.
+ */
+export interface OpenOptions {
+  /** Store sealed segments compressed, by a background thread (raises the store to format version 4). */
+  compressSealed?: boolean
+  /** Share one sync among the durable appends of many sessions (a store-wide journal). */
+  journal?: boolean
+}
+
 /** Open (creating if absent) the store at an absolute root; the disk is touched by the first hook. */
-export declare function openSessionLog(root: string): SessionLog
+export declare function openSessionLog(root: string, options?: OpenOptions): SessionLog
 
 /** Test-only: leave a torn record after session id's durable end. Close every handle on root first. */
 export declare function corruptTailForTest(root: string, id: string, cwd: string | null): Promise<void>

@@ -5,7 +5,7 @@
  * SQLite specs call them. The addon is the one named by SESSIONLOG_BACKEND.
  */
 
-import { mkdtemp, rm } from 'node:fs/promises'
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
@@ -24,7 +24,9 @@ const corrupt = (loadNativeModule(addon) as unknown as {
 describe('sessionlog plugin', () => {
   it('validates its config and types store failures', async () => {
     expect(() => SessionLogPersistence.Config({} as unknown as Config)).toThrow()
-    expect(SessionLogPersistence.Config({ root: '/x' })).toMatchObject({ root: '/x', preparedSessionCacheSize: 5 })
+    expect(SessionLogPersistence.Config({ root: '/x' }))
+      .toMatchObject({ root: '/x', preparedSessionCacheSize: 5, compressSealed: false, journal: false })
+    expect(SessionLogPersistence.Config({ root: '/x', journal: true })).toMatchObject({ journal: true })
     const root = await mkdtemp(join(tmpdir(), 'dsh-sessionlog-plugin-'))
     const native = loadNativeModule(addon).openSessionLog(root)
     try {
@@ -35,6 +37,30 @@ describe('sessionlog plugin', () => {
     } finally {
       await native.close()
       await rm(root, { recursive: true, force: true })
+    }
+  })
+})
+
+describe('sessionlog plugin options', () => {
+  it('reach the store: compressSealed raises its format, journal keeps a journal', async () => {
+    for (const [options, version, journal] of [
+      [{}, 3, false],
+      [{ compressSealed: true, journal: true }, 4, true],
+    ] as const) {
+      const root = await mkdtemp(join(tmpdir(), 'dsh-sessionlog-plugin-'))
+      const ctx = new Context()
+      await ctx.plugin(SessionStore)
+      // The mount opens the store (Service.init), before any session is written.
+      const fiber = await ctx.plugin(SessionLogPersistence, { root, addon, ...options })
+      try {
+        // format-spec.md section 2: the store format version is a u32 at byte 8.
+        expect((await readFile(join(root, 'MANIFEST'))).readUInt32LE(8)).toBe(version)
+        const wal = await readdir(join(root, 'journal')).then(names => names.some(n => n.endsWith('.wal')), () => false)
+        expect(wal).toBe(journal)
+      } finally {
+        await fiber.dispose()
+        await rm(root, { recursive: true, force: true })
+      }
     }
   })
 })
@@ -53,11 +79,18 @@ runPersistenceContract('sessionlog plugin', async (): Promise<ContractBackend> =
   }
 })
 
-runCoordinatorContract('sessionlog plugin', async (): Promise<CoordinatorFixture> => {
-  const root = await mkdtemp(join(tmpdir(), 'dsh-sessionlog-plugin-coord-'))
-  return {
-    mount: async ctx => ctx.plugin(SessionLogPersistence, { root, addon }),
-    corruptTail: async (id, cwd) => { await corrupt(root, id, cwd ?? null) },
-    cleanup: async () => { await rm(root, { recursive: true, force: true }) },
-  }
-})
+for (const [name, options] of [
+  ['sessionlog plugin', {}],
+  // The store options change how an append becomes durable (a shared
+  // journal) and what sealed data looks like on disk, not what the hooks do.
+  ['sessionlog plugin, compressSealed + journal', { compressSealed: true, journal: true }],
+] as const) {
+  runCoordinatorContract(name, async (): Promise<CoordinatorFixture> => {
+    const root = await mkdtemp(join(tmpdir(), 'dsh-sessionlog-plugin-coord-'))
+    return {
+      mount: async ctx => ctx.plugin(SessionLogPersistence, { root, addon, ...options }),
+      corruptTail: async (id, cwd) => { await corrupt(root, id, cwd ?? null) },
+      cleanup: async () => { await rm(root, { recursive: true, force: true }) },
+    }
+  })
+}

@@ -84,6 +84,9 @@ impl From<StoreError> for Failure {
 pub struct Shared {
     /// The store's id, which qualifies every revision.
     store_id: String,
+    /// What the store was opened with: every handle on the root in this
+    /// process shares it, so every one must ask for the same.
+    options: StoreOptions,
     store: Store,
     /// Sessions whose torn tail (cut by the store when this process took
     /// them for writing) was already handed to `commitRepair`: the marker
@@ -110,20 +113,49 @@ fn canonical(root: &Path) -> Result<PathBuf> {
         .map_err(|e| io("cannot resolve store root", root, e))
 }
 
-/// Opens (or joins) the store at `root` for one more handle.
-pub fn acquire(root: &Path) -> Result<Arc<Shared>> {
+/// The store options a JavaScript caller may choose
+/// (`openSessionLog(root, options)`). Both keep every append durable when
+/// it resolves; they change how the store gets there and what it keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// [`Options::compress_sealed`]: sealed segments stored compressed, by
+    /// a background thread.
+    pub compress_sealed: bool,
+    /// [`Options::journal`]: durable appends of many sessions share one
+    /// sync of a store-wide journal.
+    pub journal: bool,
+}
+
+/// Opens (or joins) the store at `root` for one more handle. A store this
+/// process already has open with other options is refused
+/// (`SESSIONLOG_OPTIONS`), not silently shared with the first options.
+pub fn acquire(root: &Path, wanted: StoreOptions) -> Result<Arc<Shared>> {
     let root = canonical(root)?;
     let mut stores = STORES.lock().expect("store registry");
     stores.retain(|_, shared| shared.strong_count() > 0);
     if let Some(shared) = stores.get(&root).and_then(Weak::upgrade) {
         // Also a store whose last handle closed while a task still ran on
         // it: opening a second one would find the first one's lock held.
+        if shared.options != wanted {
+            return Err(fail(
+                "SESSIONLOG_OPTIONS",
+                format!(
+                    "the store at {} is already open in this process with {:?}, \
+                     not {wanted:?}: open every handle on one root with the same options, \
+                     or close the others first",
+                    root.display(),
+                    shared.options
+                ),
+            ));
+        }
         return Ok(shared);
     }
     // The coordinator repairs on its own terms (commitRepair), and a live
     // session adopted after a hot reload keeps its open turn.
     let options = Options {
         close_interrupted_turns: false,
+        compress_sealed: wanted.compress_sealed,
+        journal: wanted.journal,
         ..Options::default()
     };
     let store = Store::open(&root, options)?;
@@ -134,6 +166,7 @@ pub fn acquire(root: &Path) -> Result<Arc<Shared>> {
         .collect();
     let shared = Arc::new(Shared {
         store_id,
+        options: wanted,
         store,
         torn_repaired: Mutex::new(HashSet::new()),
     });

@@ -18,7 +18,7 @@
 mod backend;
 mod header;
 
-use backend::{Failure, Shared};
+use backend::{Failure, Shared, StoreOptions};
 use napi::bindgen_prelude::{AsyncTask, ToNapiValue, TypeName};
 use napi::{Env, Task};
 use napi_derive::napi;
@@ -78,6 +78,7 @@ enum State {
 #[napi]
 pub struct SessionLog {
     root: PathBuf,
+    options: StoreOptions,
     state: Arc<Mutex<State>>,
 }
 
@@ -102,18 +103,43 @@ impl Drop for SessionLog {
     }
 }
 
+/// Options of `openSessionLog`; each is off when absent. Every handle on
+/// one root in a process must pass the same ones (the handles share one
+/// store): the first hook of a handle that differs fails with
+/// `SESSIONLOG_OPTIONS`.
+#[napi(object)]
+pub struct OpenOptions {
+    /// Store sealed segments compressed, by a background thread
+    /// (`Options::compress_sealed`: about 0.2-0.4x the bytes of plain JSONL
+    /// for sealed data; reads of sealed data decode it). Raises the store
+    /// to format version 4 at open.
+    pub compress_sealed: Option<bool>,
+    /// Share one sync among the durable appends of many sessions
+    /// (`Options::journal`: pays off with many sessions written at once).
+    pub journal: Option<bool>,
+}
+
 /// Opens (creating if absent) the store rooted at `root`. The store itself
 /// is opened by the first hook, on a worker thread.
 #[napi]
-pub fn open_session_log(root: String) -> SessionLog {
+pub fn open_session_log(root: String, options: Option<OpenOptions>) -> SessionLog {
+    let options = options.map_or_else(StoreOptions::default, |o| StoreOptions {
+        compress_sealed: o.compress_sealed.unwrap_or(false),
+        journal: o.journal.unwrap_or(false),
+    });
     SessionLog {
         root: PathBuf::from(root),
+        options,
         state: Arc::new(Mutex::new(State::Unopened)),
     }
 }
 
 /// The handle's share of the store, opening it on first use.
-fn shared(root: &std::path::Path, state: &Mutex<State>) -> backend::Result<Arc<Shared>> {
+fn shared(
+    root: &std::path::Path,
+    options: StoreOptions,
+    state: &Mutex<State>,
+) -> backend::Result<Arc<Shared>> {
     let mut state = state.lock().expect("handle lock");
     match &*state {
         State::Open(shared) => Ok(shared.clone()),
@@ -122,7 +148,7 @@ fn shared(root: &std::path::Path, state: &Mutex<State>) -> backend::Result<Arc<S
             message: format!("the handle on {} is closed", root.display()),
         }),
         State::Unopened => {
-            let shared = backend::acquire(root)?;
+            let shared = backend::acquire(root, options)?;
             *state = State::Open(shared.clone());
             Ok(shared)
         }
@@ -138,8 +164,8 @@ impl SessionLog {
     where
         Work<T>: Task,
     {
-        let (root, state) = (self.root.clone(), self.state.clone());
-        Work::new(move || f(&*shared(&root, &state)?))
+        let (root, options, state) = (self.root.clone(), self.options, self.state.clone());
+        Work::new(move || f(&*shared(&root, options, &state)?))
     }
 }
 
@@ -171,6 +197,7 @@ pub struct StoredReader {
 /// What a reader needs of its handle to open the store lazily.
 struct SessionLogRef {
     root: PathBuf,
+    options: StoreOptions,
     state: Arc<Mutex<State>>,
 }
 
@@ -181,7 +208,11 @@ impl StoredReader {
     /// for writing, as `loadStored` does.
     #[napi(ts_return_type = "Promise<string | null>")]
     pub fn open(&self) -> AsyncTask<Work<Option<String>>> {
-        let (root, handle) = (self.log.root.clone(), self.log.state.clone());
+        let (root, options, handle) = (
+            self.log.root.clone(),
+            self.log.options,
+            self.log.state.clone(),
+        );
         let (id, from, state) = (self.id.clone(), self.from, self.state.clone());
         Work::new(move || {
             let mut state = state.lock().expect("reader lock");
@@ -192,7 +223,7 @@ impl StoredReader {
                 });
             }
             *state = ReaderState::Done;
-            let shared = shared(&root, &handle)?;
+            let shared = shared(&root, options, &handle)?;
             let opened = match from {
                 None => shared.open_stored(&id)?,
                 Some(from) => shared.open_stored_from(&id, from)?,
@@ -304,6 +335,7 @@ impl SessionLog {
         StoredReader {
             log: SessionLogRef {
                 root: self.root.clone(),
+                options: self.options,
                 state: self.state.clone(),
             },
             id,

@@ -1,12 +1,12 @@
 // Tests of the addon at the JSON-text seam, run with `node --test test/`
 // after `npm run build`. The harness's contract suites cover the hooks'
 // semantics; these cover what they do not: lone UTF-16 surrogates, the
-// torn-tail marker's life, handles sharing a store, and the typed error a
-// second process gets.
+// torn-tail marker's life, handles sharing a store, the store options, and
+// the typed error a second process gets.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -194,6 +194,46 @@ test('two handles on one root in a process share the store', async (t) => {
   assert.equal(JSON.parse(await b.loadStored('x')).events.length, 1)
   await b.close()
   await assert.rejects(b.list(), /SESSIONLOG_CLOSED/)
+})
+
+/** The store format version in root's MANIFEST (format-spec.md section 2: a u32 at byte 8). */
+const storeVersion = root => readFileSync(join(root, 'MANIFEST')).readUInt32LE(8)
+
+test('openSessionLog options reach the store: compressSealed raises the format, journal keeps a journal', async (t) => {
+  const start = [{ type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } }]
+  const plainRoot = tempRoot(t)
+  const plain = addon.openSessionLog(plainRoot)
+  await plain.appendBatch(JSON.stringify(meta('o')), JSON.stringify(start), false)
+  assert.equal(storeVersion(plainRoot), 3, 'a store opened without options stays at version 3')
+  assert.ok(!existsSync(join(plainRoot, 'journal')) || readdirSync(join(plainRoot, 'journal')).every(n => !n.endsWith('.wal')))
+  await plain.close()
+
+  const root = tempRoot(t)
+  const store = addon.openSessionLog(root, { compressSealed: true, journal: true })
+  await store.appendBatch(JSON.stringify(meta('o')), JSON.stringify(start), false)
+  assert.equal(storeVersion(root), 4, 'compressSealed raises the store to version 4 before any image')
+  assert.ok(readdirSync(join(root, 'journal')).some(n => n.endsWith('.wal')), 'the journal option keeps a journal file')
+  assert.deepEqual(JSON.parse(await store.loadStored('o')).events, start)
+  await store.close()
+  // Read back by a handle without the options (any build reading version 4 reads images).
+  const again = addon.openSessionLog(root)
+  assert.deepEqual(JSON.parse(await again.loadStored('o')).events, start)
+  await again.close()
+})
+
+test('handles on one root in a process must ask for the same options', async (t) => {
+  const root = tempRoot(t)
+  const a = addon.openSessionLog(root, { journal: true })
+  const b = addon.openSessionLog(root)
+  const c = addon.openSessionLog(root, { journal: true, compressSealed: false })
+  assert.deepEqual(JSON.parse(await a.list()), [])
+  await assert.rejects(b.list(), /^Error: SESSIONLOG_OPTIONS: the store at .* is already open in this process/)
+  assert.deepEqual(JSON.parse(await c.list()), [], 'absent and false are the same option')
+  await a.close()
+  await c.close()
+  // Once no handle holds the store, other options open it afresh.
+  assert.deepEqual(JSON.parse(await b.list()), [])
+  await b.close()
 })
 
 test('two writers of one session: the stale append is refused, never a seq collision', async (t) => {
