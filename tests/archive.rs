@@ -9,6 +9,8 @@
 #![cfg(feature = "archive")]
 
 mod common;
+#[path = "common/stale_listings.rs"]
+mod stale_listings;
 #[path = "common/archive_support.rs"]
 mod support;
 
@@ -16,7 +18,7 @@ use common::turn_log;
 use sessionlog::event::OwnedEvent;
 use sessionlog::header::SessionHeader;
 use sessionlog::store::object_store::{self, ObjectStore, path::Path as ObjectPath};
-use sessionlog::store::{Error, EvictionPolicy, Store};
+use sessionlog::store::{Error, EvictionPolicy, Options, Store};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -429,6 +431,151 @@ fn a_second_host_lists_and_resumes_a_session_from_the_bucket_alone() {
         a.append(ID, &more[log.len()..]).unwrap();
         assert_eq!(read_all(&a, ID), more, "{}", bucket.name);
         a.close().unwrap();
+    }
+}
+
+/// The store format version of MANIFEST bytes (format-spec section 2: a
+/// u32 at byte 8).
+fn manifest_version(bytes: &[u8]) -> u32 {
+    u32::from_le_bytes(bytes[8..12].try_into().unwrap())
+}
+
+#[test]
+fn compressed_sealed_segments_stay_local_the_bucket_gets_them_raw() {
+    for bucket in buckets("images") {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a");
+        let log = turn_log(200, "images");
+        let compressing = |evict| Options {
+            compress_sealed: true,
+            ..host_options(&bucket, "a", evict)
+        };
+        let store = Store::open(&dir, compressing(EvictionPolicy::default())).unwrap();
+        store.create(SessionHeader::new("s", 0)).unwrap();
+        append_turns(&store, "s", &log);
+        store.compress_sealed("s").unwrap();
+        let session_dir = dir.join("sessions").join("s");
+        let images = files_ending(&session_dir, ".segz");
+        assert!(images.len() > 2, "{}: {images:?}", bucket.name);
+        assert_eq!(
+            files_ending(&session_dir, ".seg").len(),
+            1,
+            "only the active one"
+        );
+
+        // Uploaded as the raw segments they decode to: one object per
+        // segment, under the raw name, of the length the image header
+        // gives (format-spec 3.5: a u64 at byte 12); no image objects.
+        store.archive_sync().unwrap();
+        let objects = objects(&bucket);
+        assert!(
+            objects.iter().all(|(k, _)| !k.ends_with(".segz")),
+            "{}: {objects:?}",
+            bucket.name
+        );
+        for image in &images {
+            let bytes = std::fs::read(session_dir.join(image)).unwrap();
+            let raw_len = u64::from_le_bytes(bytes[12..20].try_into().unwrap());
+            let key = format!(
+                "{}/sessions/s/{}",
+                bucket.prefix,
+                image.strip_suffix('z').unwrap()
+            );
+            assert!(
+                objects.contains(&(key.clone(), raw_len)),
+                "{}: {key} of {raw_len} bytes missing in {objects:?}",
+                bucket.name
+            );
+        }
+        store.close().unwrap();
+        // The local store is version 4 (it holds images); the bucket's
+        // MANIFEST is the version-3 form of the same store.
+        assert_eq!(
+            manifest_version(&std::fs::read(dir.join("MANIFEST")).unwrap()),
+            4
+        );
+        let theirs = objects
+            .iter()
+            .find(|(k, _)| k.ends_with("/MANIFEST"))
+            .expect("the bucket's MANIFEST");
+        let bucket_manifest = object_bytes(&bucket.store, &theirs.0);
+        assert_eq!(manifest_version(&bucket_manifest), 3, "{}", bucket.name);
+
+        // A host without the option resumes from the bucket alone: every
+        // segment it fetches is a raw segment that passes its whole check.
+        let b = Store::open(
+            tmp.path().join("b"),
+            host_options(&bucket, "b", EvictionPolicy::default()),
+        )
+        .unwrap();
+        assert_eq!(read_all(&b, "s"), log, "{}", bucket.name);
+        b.close().unwrap();
+
+        // Back on the first host (its MANIFEST is version 4, the bucket's
+        // 3: one store), with eviction: the images go once their raw
+        // objects are confirmed, and reads fetch the raw segments back.
+        let store = Store::open(&dir, compressing(EvictionPolicy::immediately())).unwrap();
+        let more = turn_log(201, "images");
+        store.append("s", &more[log.len()..]).unwrap();
+        let report = store.archive_sync().unwrap();
+        assert!(
+            report.evicted >= images.len() as u64,
+            "{}: {report:?}",
+            bucket.name
+        );
+        assert!(
+            files_ending(&session_dir, ".segz").is_empty(),
+            "{}",
+            bucket.name
+        );
+        store.close().unwrap();
+        let store = Store::open(&dir, compressing(EvictionPolicy::default())).unwrap();
+        assert_eq!(read_all(&store, "s"), more, "{}", bucket.name);
+        store.close().unwrap();
+    }
+}
+
+#[test]
+fn a_segment_compressed_after_the_uploader_listed_it_is_uploaded_from_its_image() {
+    for bucket in buckets("stale-images") {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a");
+        let log = turn_log(120, "stale-images");
+        let cut = turns_len(&log, 100);
+        // Written and compressed without the archive: the bucket has none of it.
+        let plain = Options {
+            segment_size: 4096,
+            preallocate: 4096,
+            ..Options::default()
+        };
+        let store = Store::open(&dir, plain).unwrap();
+        store.create(SessionHeader::new("s", 0)).unwrap();
+        append_turns(&store, "s", &log[..cut]);
+        let images = store.compress_sealed("s").unwrap().segments;
+        assert!(images > 2, "{}: {images}", bucket.name);
+        store.close().unwrap();
+        // Every listing shows the images under their raw names: the
+        // uploader maps a raw file that is gone, and must read the image.
+        let stale: Arc<dyn sessionlog::vfs::Vfs> =
+            Arc::new(stale_listings::StaleListings(sessionlog::vfs::RealFs));
+        let store = Store::open_with_vfs(
+            &dir,
+            host_options(&bucket, "a", EvictionPolicy::default()),
+            stale,
+        )
+        .unwrap();
+        append_turns(&store, "s", &log[cut..]);
+        store.archive_sync().unwrap();
+        let uploaded = segment_objects(&bucket).len() as u64;
+        assert!(uploaded > images, "{}: {uploaded} objects", bucket.name);
+        store.close().unwrap();
+        let b = Store::open(
+            tmp.path().join("b"),
+            host_options(&bucket, "b", EvictionPolicy::default()),
+        )
+        .unwrap();
+        assert_eq!(read_all(&b, "s"), log, "{}", bucket.name);
+        b.close().unwrap();
     }
 }
 

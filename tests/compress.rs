@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 mod common;
+#[path = "common/stale_listings.rs"]
+mod stale_listings;
 use common::{fast_tempdir, turn_log};
+use stale_listings::StaleListings;
 
 fn options(compress: bool) -> Options {
     Options {
@@ -288,23 +291,6 @@ fn a_stale_temporary_of_a_dead_compressor_is_swept() {
     );
 }
 
-#[cfg(feature = "archive")]
-#[test]
-fn compression_with_an_archive_is_refused() {
-    use sessionlog::store::ArchiveOptions;
-    use std::sync::Arc;
-    let dir = fast_tempdir();
-    let bucket: Arc<dyn sessionlog::store::object_store::ObjectStore> =
-        Arc::new(sessionlog::store::object_store::memory::InMemory::new());
-    let opts = Options {
-        archive: Some(ArchiveOptions::new(bucket, "p")),
-        ..options(true)
-    };
-    let e = Store::open(dir.path(), opts).err().expect("refused");
-    assert!(matches!(e, Error::Unsupported(_)), "{e}");
-    assert!(!dir.path().join("MANIFEST").exists() || manifest_version(dir.path()) == 3);
-}
-
 #[test]
 fn a_reader_follows_a_writer_whose_active_segment_is_sealed_and_compressed() {
     let dir = fast_tempdir();
@@ -450,67 +436,6 @@ fn a_sealed_small_session_is_compressed_whole_and_appends_go_on() {
     assert_eq!(&events[..log.len()], &log[..]);
     assert_eq!(&events[log.len()..], &more[..]);
     reader.verify("s").unwrap();
-}
-
-/// A file system whose directory listings still show the raw name of every
-/// compressed segment, as a listing read just before a compression would:
-/// every reader then finds the raw file gone and must read the image.
-#[derive(Debug)]
-struct StaleListings(sessionlog::vfs::RealFs);
-
-impl sessionlog::vfs::Vfs for StaleListings {
-    fn create_new(&self, p: &Path) -> std::io::Result<Box<dyn sessionlog::vfs::VfsFile>> {
-        self.0.create_new(p)
-    }
-    fn open(&self, p: &Path, w: bool) -> std::io::Result<Box<dyn sessionlog::vfs::VfsFile>> {
-        self.0.open(p, w)
-    }
-    fn read_file(&self, p: &Path) -> std::io::Result<Vec<u8>> {
-        self.0.read_file(p)
-    }
-    fn map(&self, p: &Path) -> std::io::Result<sessionlog::vfs::SegmentBytes> {
-        self.0.map(p)
-    }
-    fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
-        self.0.rename(a, b)
-    }
-    fn rename_noreplace(&self, a: &Path, b: &Path) -> std::io::Result<()> {
-        self.0.rename_noreplace(a, b)
-    }
-    fn exchange(&self, a: &Path, b: &Path) -> std::io::Result<()> {
-        self.0.exchange(a, b)
-    }
-    fn remove_file(&self, p: &Path) -> std::io::Result<()> {
-        self.0.remove_file(p)
-    }
-    fn remove_dir_all(&self, p: &Path) -> std::io::Result<()> {
-        self.0.remove_dir_all(p)
-    }
-    fn create_dir(&self, p: &Path) -> std::io::Result<()> {
-        self.0.create_dir(p)
-    }
-    fn sync_dir(&self, p: &Path) -> std::io::Result<()> {
-        self.0.sync_dir(p)
-    }
-    fn hard_link(&self, a: &Path, b: &Path) -> std::io::Result<()> {
-        self.0.hard_link(a, b)
-    }
-    fn read_dir(&self, p: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
-        let names = self.0.read_dir(p)?;
-        Ok(names
-            .into_iter()
-            .map(|n| match n.to_str().and_then(|s| s.strip_suffix(".segz")) {
-                Some(stem) => format!("{stem}.seg").into(),
-                None => n,
-            })
-            .collect())
-    }
-    fn metadata(&self, p: &Path) -> std::io::Result<sessionlog::vfs::Metadata> {
-        self.0.metadata(p)
-    }
-    fn symlink_metadata(&self, p: &Path) -> std::io::Result<sessionlog::vfs::Metadata> {
-        self.0.symlink_metadata(p)
-    }
 }
 
 #[test]

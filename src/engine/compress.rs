@@ -20,7 +20,7 @@
 //! lives while mapped); readers that find it gone read the image, which
 //! decodes to the same bytes, so no offset anyone holds changes.
 
-use super::error::{Error, Result, io_at, segment_error};
+use super::error::{Result, io_at, segment_error};
 use super::handle::{Sessions, Store};
 use super::session::Session;
 use crate::segment::{self, SegmentIdent};
@@ -374,11 +374,6 @@ impl Store {
 
     /// Raises the store to format version 4 before its first image.
     fn upgrade_for_images(&self) -> Result<()> {
-        if super::hooks::configured(&self.inner.options) {
-            return Err(Error::Unsupported(
-                "compressed sealed segments with an archive are not available yet".into(),
-            ));
-        }
         let mut m = self
             .inner
             .manifest

@@ -84,10 +84,6 @@ pub enum Error {
         /// What failed.
         reason: String,
     },
-    /// The options ask for something this build cannot do (the reason
-    /// says what and what to do instead).
-    #[error("unsupported options: {0}")]
-    Unsupported(String),
     /// An archive call on a store opened without an archive.
     #[error("the store was opened without an archive (Options::archive)")]
     NoArchive,

@@ -233,14 +233,6 @@ impl Store {
         } else {
             Manifest::open_or_create_with(&*vfs, dir).map(|(m, _)| m)
         }?;
-        let images = options.compress_sealed || manifest.version >= 4;
-        if images && super::hooks::configured(&options) {
-            return Err(Error::Unsupported(
-                "compressed sealed segments (Options::compress_sealed, or a store of format \
-                 version 4) with an archive are not available yet: open without one of them"
-                    .into(),
-            ));
-        }
         if options.compress_sealed && !read_only {
             // Durable before any image is written (section 2 of the spec).
             manifest = manifest.upgrade_with(&*vfs, dir)?;

@@ -69,8 +69,10 @@ pub struct Options {
     /// is never compressed. Turning it on raises the store to format
     /// version 4 (`format-spec.md`, sections 2 and 3.5), which builds
     /// older than 2026-12-06 refuse; any build that reads version 4 reads
-    /// compressed segments whatever this option says. Not available with
-    /// an archive yet.
+    /// compressed segments whatever this option says. With an archive,
+    /// images stay local: the bucket holds every segment raw (an image is
+    /// decoded for its upload), so hosts with and without this option
+    /// share one bucket.
     pub compress_sealed: bool,
     /// Also enforce the strict invariants on append.
     pub strict: bool,

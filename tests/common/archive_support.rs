@@ -137,10 +137,15 @@ pub fn read_all(store: &Store, id: &str) -> Vec<OwnedEvent> {
 }
 
 pub fn segment_files(dir: &Path) -> Vec<String> {
+    files_ending(dir, ".seg")
+}
+
+/// The files of `dir` whose names end with `suffix`, sorted.
+pub fn files_ending(dir: &Path, suffix: &str) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.ends_with(".seg"))
+        .filter(|n| n.ends_with(suffix))
         .collect();
     v.sort();
     v

@@ -11,7 +11,7 @@ use crate::checkpoint::CHECKPOINT_FILE;
 use crate::engine::error::{Error, Result, io_at};
 use crate::engine::registry::{HEADER_FILE, PublishError, Registry, decode_header};
 use crate::lineage::LINEAGE_FILE;
-use crate::manifest::MANIFEST_FILE;
+use crate::manifest::{MANIFEST_FILE, Manifest, STORE_FORMAT_OLDEST};
 use crate::segment;
 use std::path::Path;
 
@@ -43,12 +43,22 @@ impl Archive {
 
     /// After the store is open: the bucket gets this store's `MANIFEST` if
     /// it has none; one naming another store is refused (two stores
-    /// sharing a prefix would mix sessions).
+    /// sharing a prefix would mix sessions). The bucket's copy says which
+    /// store the prefix holds: its store id is compared, not its version
+    /// (a host may have raised its local store to version 4 for images,
+    /// which stay local: the bucket's copy is always the version-3 form,
+    /// what every build that reads the bucket reads).
     pub(super) fn publish_manifest(&self, store_dir: &Path) -> Result<()> {
         let local = store_dir.join(MANIFEST_FILE);
-        let ours = self.vfs.read_file(&local).map_err(io_at(&local))?;
         let key = self.opts.manifest_key();
-        let put = self.put_if_absent(&key, ours.clone());
+        let ours = Manifest::open_with(&*self.vfs, store_dir)?;
+        let bucket_form = Manifest {
+            version: STORE_FORMAT_OLDEST,
+            ..ours
+        }
+        .encode()
+        .to_vec();
+        let put = self.put_if_absent(&key, bucket_form);
         match put {
             Ok(true) => Ok(()),
             // Another store's, or ours uploaded before (a retried create
@@ -57,18 +67,25 @@ impl Archive {
                 let theirs = self
                     .get(&key)
                     .map_err(|e| archive_error(None, &key, "reading the store's manifest", e))?;
-                if theirs.as_deref() == Some(&ours[..]) {
-                    Ok(())
-                } else {
-                    Err(Error::Archive {
+                let theirs = theirs
+                    .as_deref()
+                    .map(|b| Manifest::decode(b, Path::new(key.as_ref())));
+                match theirs {
+                    Some(Ok(m)) if m.store_id == ours.store_id => Ok(()),
+                    Some(Err(e)) => Err(Error::Archive {
+                        session: None,
+                        key: key.to_string(),
+                        reason: format!("the bucket's MANIFEST cannot be read: {e}"),
+                    }),
+                    _ => Err(Error::Archive {
                         session: None,
                         key: key.to_string(),
                         reason: format!(
-                            "the bucket holds another store (its MANIFEST differs from {}); \
-                             use another prefix, or open a new, empty directory on this prefix",
+                            "the bucket holds another store (its MANIFEST names another store id \
+                             than {}); use another prefix, or open a new, empty directory on this prefix",
                             local.display()
                         ),
-                    })
+                    }),
                 }
             }
             Err(e) => Err(archive_error(None, &key, "writing the store's manifest", e)),
@@ -233,10 +250,9 @@ impl Archive {
         // bytes are needed only by reads of old events (or of node data
         // there). A checkpoint that does not open means a full load.
         let missing = listed.iter().any(|(k, _)| {
-            k.filename().is_some_and(|name| {
-                segment::parse_segment_file_name(name).is_some()
-                    && !self.vfs.exists(&local.join(name))
-            })
+            k.filename()
+                .and_then(segment::parse_segment_file_name)
+                .is_some_and(|first_seq| !self.has_local_copy(local, first_seq))
         });
         let tail_start = match missing {
             true => crate::checkpoint::open_with(&*self.vfs, local)
@@ -258,6 +274,14 @@ impl Archive {
                 continue;
             };
             let path = local.join(name);
+            if self
+                .vfs
+                .exists(&local.join(segment::image_file_name(first_seq)))
+            {
+                // Sealed and stored compressed here: the same segment as
+                // the object (sealed segments are the same everywhere).
+                continue;
+            }
             let superseded = last_remote.is_some_and(|l| l > first_seq);
             let wanted = match self.vfs.metadata(&path) {
                 Ok(m) if m.len == *size => false,
@@ -379,10 +403,23 @@ impl Archive {
         let Some(dir) = local.file_name().and_then(|n| n.to_str()) else {
             return Ok(false);
         };
-        if segment::parse_segment_file_name(name).is_none() || !self.vfs.exists(local) {
+        let Some(first_seq) = segment::parse_segment_file_name(name) else {
             return Ok(false);
+        };
+        if !self.vfs.exists(local) || self.has_local_copy(local, first_seq) {
+            return Ok(false); // not this session's any more, or still here
         }
         self.fetch_into(dir, dir, name, local)
+    }
+
+    /// Whether session directory `local` holds segment `first_seq`, raw or
+    /// as a compressed image.
+    fn has_local_copy(&self, local: &Path, first_seq: u64) -> bool {
+        self.vfs
+            .exists(&local.join(segment::segment_file_name(first_seq)))
+            || self
+                .vfs
+                .exists(&local.join(segment::image_file_name(first_seq)))
     }
 
     /// Whether the segment file at `path` has a valid footer.

@@ -14,11 +14,6 @@ use std::sync::{Arc, OnceLock};
 /// The archive of a store handle, set once when the store is opened.
 pub(crate) type Slot = OnceLock<Arc<Archive>>;
 
-/// Whether the options configure an archive.
-pub(crate) fn configured(options: &Options) -> bool {
-    options.archive.is_some()
-}
-
 /// Before the store directory is opened: the archive is set up and, for a
 /// new directory on a prefix that holds a store, the bucket's `MANIFEST`
 /// adopted. A read-only handle does not use the archive.

@@ -11,11 +11,6 @@ use std::sync::Arc;
 /// No archive to keep.
 pub(crate) type Slot = ();
 
-/// Whether the options configure an archive: never without the feature.
-pub(crate) fn configured(_options: &Options) -> bool {
-    false
-}
-
 /// Nothing to set up.
 pub(crate) fn before_open(
     _dir: &Path,

@@ -94,20 +94,48 @@ impl Gate {
     }
 }
 
-/// The files of one session directory: segments sorted by first seq.
-fn segment_files(archive: &Archive, local: &Path) -> Result<Vec<String>> {
-    let mut names: Vec<(u64, String)> = archive
+/// One segment of a session directory as the uploader sees it.
+struct SegFile {
+    first_seq: u64,
+    /// The local file: the raw segment, or its compressed image (a sealed
+    /// segment stored compressed, format-spec section 3.5).
+    name: String,
+    image: bool,
+}
+
+impl SegFile {
+    /// Its object's name: always the raw segment's. Images are local only;
+    /// the bucket holds every segment raw (section 10.1).
+    fn object_name(&self) -> String {
+        segment::segment_file_name(self.first_seq)
+    }
+}
+
+/// The segments of one session directory, sorted by first seq; a raw file
+/// wins over an image of the same segment (both exist only between a
+/// compression's rename and its removal of the raw file).
+fn segment_files(archive: &Archive, local: &Path) -> Result<Vec<SegFile>> {
+    let mut files: Vec<SegFile> = archive
         .vfs
         .read_dir(local)
         .map_err(io_at(local))?
         .into_iter()
         .filter_map(|n| {
-            let n = n.into_string().ok()?;
-            segment::parse_segment_file_name(&n).map(|s| (s, n))
+            let name = n.into_string().ok()?;
+            let (first_seq, image) = match segment::parse_segment_file_name(&name) {
+                Some(seq) => (seq, false),
+                None => (segment::parse_image_file_name(&name)?, true),
+            };
+            Some(SegFile {
+                first_seq,
+                name,
+                image,
+            })
         })
         .collect();
-    names.sort();
-    Ok(names.into_iter().map(|(_, n)| n).collect())
+    files.sort_by_key(|f| (f.first_seq, f.image));
+    files.dedup_by_key(|f| f.first_seq);
+    Ok(files)
 }
 
 impl Archive {
@@ -255,10 +283,10 @@ impl Archive {
                 Err(e) => return Err(io_at(&ck_path)(e).into()),
             }
         };
-        let names = segment_files(self, &local)?;
-        for (i, name) in names.iter().enumerate() {
-            let last = i + 1 == names.len();
-            let path = local.join(name);
+        let files = segment_files(self, &local)?;
+        for (i, file) in files.iter().enumerate() {
+            let last = i + 1 == files.len();
+            let name = file.object_name();
             let recorded = self
                 .state()
                 .uploaded
@@ -267,7 +295,20 @@ impl Archive {
             if matches!(recorded, Some((_, true))) {
                 continue; // sealed and uploaded: it never changes
             }
-            let map = self.vfs.map(&path).map_err(io_at(&path))?;
+            let Some((map, image)) = self.map_segment(&local, file)? else {
+                continue; // removed since the listing (evicted, or deleted)
+            };
+            if image {
+                // Sealed, stored compressed: uploaded as the raw segment
+                // it decodes to, checked whole first.
+                let raw = segment::decode_image_any(&map).map_err(|e| {
+                    crate::engine::error::segment_error(dir, &local.join(&file.name), e)
+                })?;
+                self.put_file(gate, dir, &name, SegmentBytes::new(raw), true)?;
+                n += 1;
+                continue;
+            }
+            let path = local.join(&name);
             let sealed = segment::verify_footer(&map).is_ok();
             let wanted = sealed || (last && include_active);
             if !wanted {
@@ -284,7 +325,7 @@ impl Archive {
             } else {
                 SegmentBytes::new(self.vfs.read_file(&path).map_err(io_at(&path))?)
             };
-            self.put_file(gate, dir, name, bytes, sealed)?;
+            self.put_file(gate, dir, &name, bytes, sealed)?;
             n += 1;
         }
         if let Some(ck) = checkpoint {
@@ -307,6 +348,28 @@ impl Archive {
             }
         }
         Ok(n)
+    }
+
+    /// Maps segment `file` of session directory `local`: the raw file, or
+    /// its image when the raw file was compressed since the listing (it is
+    /// removed only once the image is durable). `None` when neither is
+    /// there any more; the flag says whether the bytes are an image.
+    fn map_segment(&self, local: &Path, file: &SegFile) -> Result<Option<(SegmentBytes, bool)>> {
+        let raw = local.join(segment::segment_file_name(file.first_seq));
+        let image = local.join(segment::image_file_name(file.first_seq));
+        let tries: &[(&Path, bool)] = if file.image {
+            &[(&image, true)]
+        } else {
+            &[(&raw, false), (&image, true)]
+        };
+        for (path, is_image) in tries {
+            match self.vfs.map(path) {
+                Ok(map) => return Ok(Some((map, *is_image))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_at(path)(e)),
+            }
+        }
+        Ok(None)
     }
 
     /// Whether `<dir>/<name>` is in the bucket at length `len`: recorded by
@@ -346,7 +409,9 @@ impl Archive {
             Err(e) => return Err(io_at(&self.sessions_dir)(e)),
         };
         let mut total = 0u64;
-        // (modified, dir, name, len) of every sealed, non-last segment.
+        // (modified, dir, file name, bytes on disk, object name, object
+        // length) of every sealed, non-last segment. An image's object is
+        // the raw segment it decodes to (its length from the image header).
         let mut candidates = Vec::new();
         for dir in entries {
             let Ok(dir) = dir.into_string() else { continue };
@@ -354,29 +419,47 @@ impl Archive {
                 continue;
             }
             let local = self.sessions_dir.join(&dir);
-            let Ok(names) = segment_files(self, &local) else {
+            let Ok(files) = segment_files(self, &local) else {
                 continue;
             };
-            for (i, name) in names.iter().enumerate() {
-                let Ok(m) = self.vfs.metadata(&local.join(name)) else {
+            for (i, file) in files.iter().enumerate() {
+                let path = local.join(&file.name);
+                let Ok(m) = self.vfs.metadata(&path) else {
                     continue;
                 };
                 total += m.len;
-                if i + 1 < names.len() {
-                    let modified = m.modified.unwrap_or(SystemTime::UNIX_EPOCH);
-                    candidates.push((modified, dir.clone(), name.clone(), m.len));
+                if i + 1 == files.len() {
+                    continue;
                 }
+                let object_len = if file.image {
+                    match self.vfs.map(&path).map(|z| segment::image_len(&z)) {
+                        Ok(Ok(len)) => len,
+                        // Unreadable or damaged: never evicted on its word.
+                        _ => continue,
+                    }
+                } else {
+                    m.len
+                };
+                let modified = m.modified.unwrap_or(SystemTime::UNIX_EPOCH);
+                candidates.push((
+                    modified,
+                    dir.clone(),
+                    file.name.clone(),
+                    m.len,
+                    file.object_name(),
+                    object_len,
+                ));
             }
         }
         candidates.sort();
         let now = SystemTime::now();
         let mut evicted = 0;
-        for (modified, dir, name, len) in candidates {
+        for (modified, dir, name, len, object, object_len) in candidates {
             let old = policy
                 .older_than
                 .is_some_and(|age| now.duration_since(modified).unwrap_or_default() >= age);
             let over = policy.max_local_bytes.is_some_and(|max| total > max);
-            if !(old || over) || !self.confirmed(&dir, &name, len)? {
+            if !(old || over) || !self.confirmed(&dir, &object, object_len)? {
                 continue;
             }
             let path = self.sessions_dir.join(&dir).join(&name);

@@ -130,6 +130,27 @@ pub fn image_len(bytes: &[u8]) -> Result<u64, SegmentError> {
 /// file up to the decode, then of the decoded segment (the reason says
 /// which).
 pub fn decode_image(bytes: &[u8], ident: &SegmentIdent) -> Result<Vec<u8>, SegmentError> {
+    let raw = decode_unchecked(bytes)?;
+    check_decoded(&raw, ident)?;
+    Ok(raw)
+}
+
+/// Decodes the image `bytes` of a sealed segment whose identity the
+/// caller does not know, and checks the result whole against the identity
+/// its own header states: its footer and its records' checksum. For a
+/// copy of the segment made elsewhere (the archive's upload), which checks
+/// the bytes' integrity, not whose they are.
+#[cfg(any(test, feature = "archive"))]
+pub fn decode_image_any(bytes: &[u8]) -> Result<Vec<u8>, SegmentError> {
+    let raw = decode_unchecked(bytes)?;
+    let ident = read_header(&raw).map_err(in_decoded)?;
+    check_decoded(&raw, &ident)?;
+    Ok(raw)
+}
+
+/// The bytes the image decodes to, checked against the image header (its
+/// checksum and length) but not yet as a segment.
+fn decode_unchecked(bytes: &[u8]) -> Result<Vec<u8>, SegmentError> {
     let len = image_len(bytes)?;
     let data = &bytes[IMAGE_HEADER_LEN..];
     if le_u32(bytes, 20) != crc32fast::hash(data) {
@@ -154,14 +175,22 @@ pub fn decode_image(bytes: &[u8], ident: &SegmentIdent) -> Result<Vec<u8>, Segme
             ),
         ));
     }
-    check_sealed(&raw, ident).map_err(|e| match e {
+    Ok(raw)
+}
+
+/// [`check_sealed`] of a decoded image, its errors saying so.
+fn check_decoded(raw: &[u8], ident: &SegmentIdent) -> Result<(), SegmentError> {
+    check_sealed(raw, ident).map(drop).map_err(in_decoded)
+}
+
+fn in_decoded(e: SegmentError) -> SegmentError {
+    match e {
         SegmentError::Corrupt { offset, reason } => SegmentError::Corrupt {
             offset,
             reason: format!("in the decoded segment: {reason}"),
         },
         other => other,
-    })?;
-    Ok(raw)
+    }
 }
 
 #[cfg(test)]
@@ -193,6 +222,20 @@ mod tests {
         assert!(img.len() < raw.len() / 2, "{} of {}", img.len(), raw.len());
         assert_eq!(image_len(&img).unwrap(), raw.len() as u64);
         assert_eq!(decode_image(&img, &ident).unwrap(), raw);
+    }
+
+    #[test]
+    fn an_image_decodes_without_its_identity_but_not_when_damaged() {
+        let dir = tempfile::tempdir().unwrap();
+        let (raw, _) = sealed(dir.path());
+        let img = encode_image(&raw).unwrap();
+        assert_eq!(decode_image_any(&img).unwrap(), raw);
+        // A segment whose records no longer match its footer, imaged as it
+        // is: its header still names it, so only the whole check refuses it.
+        let mut bad = raw.clone();
+        bad[crate::segment::HEADER_LEN + 20] ^= 1;
+        let e = decode_image_any(&encode_image(&bad).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("in the decoded segment"), "{e}");
     }
 
     #[test]

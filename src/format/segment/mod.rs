@@ -66,6 +66,8 @@ pub use footer::{Footer, verify_footer};
 pub use frame::encode_frame;
 pub use frame::frame_crc_field;
 pub use header::{SegmentIdent, read_header};
+#[cfg(any(test, feature = "archive"))]
+pub use image::decode_image_any;
 pub use image::{
     check_sealed, decode_image, encode_image, image_file_name, image_len, parse_image_file_name,
 };
