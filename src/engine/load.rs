@@ -413,11 +413,19 @@ impl Store {
                         map = CommittedPrefix::of(map, end);
                         seg.map = map.clone();
                     }
-                    // Sealed meanwhile: the file is cut and immutable now
-                    // (or compressed since: then its image is read).
-                    segment::Committed::Sealed { .. } => {
+                    // Sealed meanwhile (or compressed since: then its image
+                    // is read). The writer writes the footer, then cuts the
+                    // preallocated zeros after it: a raw file is read only
+                    // up to the footer's end, so the cut cannot take a
+                    // mapped page from under this reader (SIGBUS), and a
+                    // seal a crash interrupted reads as the sealed segment.
+                    segment::Committed::Sealed { end } => {
                         *seg = self.open_seg(&id, first_seq, path, ident)?;
                         map = seg.map.clone();
+                        if !super::segfiles::is_image(&seg.path) {
+                            map = CommittedPrefix::of(map, end + segment::FOOTER_LEN as u64);
+                            seg.map = map.clone();
+                        }
                     }
                 }
             }
