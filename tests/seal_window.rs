@@ -108,25 +108,18 @@ fn a_reader_that_maps_a_segment_between_its_footer_and_its_cut_reads_nothing_pas
         .collect();
     assert_eq!(segs.len(), 1, "{segs:?}: one sealed segment, the last one");
     let sealed_len = std::fs::metadata(&segs[0]).unwrap().len();
-    // The file between the footer's write and the cut: the footer in place,
-    // 256 KiB of preallocated zeros after it.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&segs[0])
-        .unwrap()
-        .set_len(sealed_len + (256 << 10))
-        .unwrap();
-
     for with_checkpoint in [true, false] {
         if !with_checkpoint {
             std::fs::remove_file(session.join("CHECKPOINT")).unwrap();
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&segs[0])
-                .unwrap()
-                .set_len(sealed_len + (256 << 10))
-                .unwrap();
         }
+        // The file between the footer's write and the cut: the footer in
+        // place, 256 KiB of preallocated zeros after it.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&segs[0])
+            .unwrap()
+            .set_len(sealed_len + (256 << 10))
+            .unwrap();
         let vfs = Arc::new(CutAfterSecondMap {
             target: segs[0].clone(),
             len: sealed_len,
