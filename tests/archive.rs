@@ -535,25 +535,32 @@ fn compressed_sealed_segments_stay_local_the_bucket_gets_them_raw() {
     }
 }
 
+/// Session "s" of a 120-turn log, its first 100 turns written in `dir`
+/// without an archive (the bucket has none of it) and its sealed segments
+/// compressed; returns the log, the length written and the images made.
+fn compressed_without_archive(dir: &Path, tag: &str) -> (Vec<OwnedEvent>, usize, u64) {
+    let log = turn_log(120, tag);
+    let cut = turns_len(&log, 100);
+    let plain = Options {
+        segment_size: 4096,
+        preallocate: 4096,
+        ..Options::default()
+    };
+    let store = Store::open(dir, plain).unwrap();
+    store.create(SessionHeader::new("s", 0)).unwrap();
+    append_turns(&store, "s", &log[..cut]);
+    let images = store.compress_sealed("s").unwrap().segments;
+    assert!(images > 2, "{tag}: {images} images");
+    store.close().unwrap();
+    (log, cut, images)
+}
+
 #[test]
 fn a_segment_compressed_after_the_uploader_listed_it_is_uploaded_from_its_image() {
     for bucket in buckets("stale-images") {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("a");
-        let log = turn_log(120, "stale-images");
-        let cut = turns_len(&log, 100);
-        // Written and compressed without the archive: the bucket has none of it.
-        let plain = Options {
-            segment_size: 4096,
-            preallocate: 4096,
-            ..Options::default()
-        };
-        let store = Store::open(&dir, plain).unwrap();
-        store.create(SessionHeader::new("s", 0)).unwrap();
-        append_turns(&store, "s", &log[..cut]);
-        let images = store.compress_sealed("s").unwrap().segments;
-        assert!(images > 2, "{}: {images}", bucket.name);
-        store.close().unwrap();
+        let (log, cut, images) = compressed_without_archive(&dir, "stale-images");
         // Every listing shows the images under their raw names: the
         // uploader maps a raw file that is gone, and must read the image.
         let stale: Arc<dyn sessionlog::vfs::Vfs> =
@@ -576,6 +583,56 @@ fn a_segment_compressed_after_the_uploader_listed_it_is_uploaded_from_its_image(
         .unwrap();
         assert_eq!(read_all(&b, "s"), log, "{}", bucket.name);
         b.close().unwrap();
+    }
+}
+
+#[test]
+fn a_damaged_local_image_is_never_uploaded_and_the_pass_names_it() {
+    for bucket in buckets("bad-image") {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a");
+        let (log, cut, _) = compressed_without_archive(&dir, "bad-image");
+        // One byte of an image's compressed data changed on the disk.
+        let session_dir = dir.join("sessions").join("s");
+        let images = files_ending(&session_dir, ".segz");
+        let damaged = session_dir.join(&images[1]);
+        let mut bytes = std::fs::read(&damaged).unwrap();
+        bytes[40] ^= 0x10;
+        std::fs::write(&damaged, &bytes).unwrap();
+
+        let store = Store::open(
+            &dir,
+            host_options(&bucket, "a", EvictionPolicy::immediately()),
+        )
+        .unwrap();
+        append_turns(&store, "s", &log[cut..]);
+        match store.archive_sync() {
+            Err(Error::Corrupt {
+                session, segment, ..
+            }) => {
+                assert_eq!(segment, damaged, "{}", bucket.name);
+                assert_eq!(session, "s", "{}", bucket.name);
+            }
+            other => panic!("{}: {other:?}", bucket.name),
+        }
+        // Nothing of it went up, nor a checkpoint the bucket could not
+        // back; the image is still there (for verify), not evicted.
+        let names: Vec<String> = objects(&bucket).into_iter().map(|(k, _)| k).collect();
+        let raw_name = images[1].strip_suffix('z').unwrap();
+        assert!(
+            !names
+                .iter()
+                .any(|k| k.ends_with(&format!("/sessions/s/{raw_name}"))),
+            "{}: {names:?}",
+            bucket.name
+        );
+        assert!(
+            !names.iter().any(|k| k.ends_with("/sessions/s/CHECKPOINT")),
+            "{}: {names:?}",
+            bucket.name
+        );
+        assert_eq!(std::fs::read(&damaged).unwrap(), bytes, "{}", bucket.name);
+        drop(store);
     }
 }
 
