@@ -126,6 +126,17 @@ pub struct StoreOptions {
     pub journal: bool,
 }
 
+/// As JavaScript passes them: `{ journal: false, compressSealed: true }`.
+impl std::fmt::Display for StoreOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{{ journal: {}, compressSealed: {} }}",
+            self.journal, self.compress_sealed
+        )
+    }
+}
+
 /// Opens (or joins) the store at `root` for one more handle. A store this
 /// process already has open with other options is refused
 /// (`SESSIONLOG_OPTIONS`), not silently shared with the first options.
@@ -140,8 +151,8 @@ pub fn acquire(root: &Path, wanted: StoreOptions) -> Result<Arc<Shared>> {
             return Err(fail(
                 "SESSIONLOG_OPTIONS",
                 format!(
-                    "the store at {} is already open in this process with {:?}, \
-                     not {wanted:?}: open every handle on one root with the same options, \
+                    "the store at {} is already open in this process with options {}, \
+                     not {wanted}: open every handle on one root with the same options, \
                      or close the others first",
                     root.display(),
                     shared.options
