@@ -96,18 +96,19 @@ impl Store {
             match vfs.map(path) {
                 Ok(map) => return Ok(Seg::local(first_seq, path.to_owned(), map)),
                 Err(e) if e.kind() != ErrorKind::NotFound => return Err(io_at(path)(e)),
-                // Compressed since the listing: the local image, before
-                // asking the archive.
-                Err(_) if image_of(path).is_some_and(|image| vfs.exists(&image)) => {
-                    let image = image_of(path).expect("checked");
-                    return self.open_image(id, first_seq, &image, ident);
+                Err(e) => {
+                    // Compressed since the listing: the local image, before
+                    // asking the archive.
+                    if let Some(image) = image_of(path).filter(|i| vfs.exists(i)) {
+                        return self.open_image(id, first_seq, &image, ident);
+                    }
+                    // Issue 17: evicted after the directory was listed.
+                    if self.archive_fetch(path) {
+                        let map = self.map_file(path)?;
+                        return Ok(Seg::local(first_seq, path.to_owned(), map));
+                    }
+                    return Err(io_at(path)(e));
                 }
-                // Issue 17: evicted after the directory was listed.
-                Err(_) if self.archive_fetch(path) => {
-                    let map = self.map_file(path)?;
-                    return Ok(Seg::local(first_seq, path.to_owned(), map));
-                }
-                Err(e) => return Err(io_at(path)(e)),
             }
         }
         self.open_image(id, first_seq, path, ident)
