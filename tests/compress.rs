@@ -183,6 +183,47 @@ fn a_fork_shares_compressed_segments() {
     reopened.verify("p").unwrap();
 }
 
+/// Both sessions' allocated bytes: a file a fork shares counts in each.
+fn allocated(store: &Store, ids: &[&str]) -> u64 {
+    ids.iter()
+        .map(|id| store.stats(id).unwrap().allocated)
+        .sum()
+}
+
+#[test]
+fn segments_a_fork_shares_stay_raw_until_it_is_gone() {
+    let dir = fast_tempdir();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    write(&store, "p", 40);
+    store.fork("p", 60, SessionHeader::new("c", 0)).unwrap();
+    let pdir = session_dir(dir.path(), "p");
+    let cdir = session_dir(dir.path(), "c");
+    let linked = files(&cdir, ".seg").len() as u64 - 1;
+    assert!(linked >= 1, "the fork links raw sealed segments");
+    let raw_before = files(&pdir, ".seg").len() as u64;
+    let before = allocated(&store, &["p", "c"]);
+    let expected = (view(&store, "p"), view(&store, "c"));
+
+    // Imaging a segment the fork keeps would store its bytes twice.
+    let done = store.compress_sealed("p").unwrap();
+    assert_eq!(done.shared, linked, "{done:?}");
+    assert_eq!(done.segments, raw_before - 1 - linked, "{done:?}");
+    assert!(
+        allocated(&store, &["p", "c"]) <= before,
+        "compressing grew the two sessions: {before} -> {}",
+        allocated(&store, &["p", "c"])
+    );
+    assert_eq!((view(&store, "p"), view(&store, "c")), expected);
+
+    // Once the fork is gone the parent's segments are its own again.
+    store.delete("c").unwrap();
+    let done = store.compress_sealed("p").unwrap();
+    assert_eq!((done.segments, done.shared), (linked, 0), "{done:?}");
+    assert_eq!(files(&pdir, ".seg").len(), 1, "only the active one is raw");
+    assert_eq!(view(&store, "p"), expected.0);
+    store.verify("p").unwrap();
+}
+
 #[test]
 fn a_raw_file_left_beside_its_image_is_read_and_compressed_again() {
     let dir = fast_tempdir();

@@ -64,21 +64,28 @@ fn seen(store: &Store, id: &str) -> Result<Seen, Error> {
 fn build(dir: &Path) -> BTreeMap<String, Seen> {
     let store = Store::open(dir, options()).unwrap();
     store.create(SessionHeader::new("s", 0)).unwrap();
-    let log = turn_log(24, "s");
-    for turn in log.chunk_by(|_, b| b.kind != "turn/start") {
+    let log = turn_log(30, "s");
+    let turns: Vec<_> = log.chunk_by(|_, b| b.kind != "turn/start").collect();
+    let (before_fork, after_fork) = turns.split_at(24);
+    for turn in before_fork {
         store.append("s", turn).unwrap();
     }
     // At a turn boundary, so the fork's seed leaves no turn open.
+    let written = before_fork.iter().map(|t| t.len()).sum::<usize>() as u64;
     let at = log
         .iter()
-        .rposition(|e| e.kind == "turn/start" && e.seq + 20 < log.len() as u64)
+        .rposition(|e| e.kind == "turn/start" && e.seq + 20 < written)
         .unwrap();
     store
         .fork("s", at as u64, SessionHeader::new("f", 0))
         .unwrap();
-    // s's sealed segments become images (the store's manifest version 4);
-    // the fork keeps its hard links to the raw files.
-    assert!(store.compress_sealed("s").unwrap().segments >= 1);
+    for turn in after_fork {
+        store.append("s", turn).unwrap();
+    }
+    // s's sealed segments written after the fork become images (the
+    // store's manifest version 4); those the fork links stay raw, shared.
+    let done = store.compress_sealed("s").unwrap();
+    assert!(done.segments >= 1 && done.shared >= 1, "{done:?}");
     store.close().unwrap();
     // The journaled session, through a handle with the journal; its file
     // is copied (an orphan: no handle owns that number) before the close

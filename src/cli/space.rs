@@ -78,31 +78,28 @@ pub(crate) fn compress(
     for id in &ids {
         let sealed = seal && store.seal(id).map_err(store_err)?;
         let done = store.compress_sealed(id).map_err(store_err)?;
-        writeln!(
-            out,
-            "{id} {}compressed {} ({} -> {} bytes)",
-            if sealed { "sealed, " } else { "" },
-            plural(done.segments, "segment"),
-            done.raw_bytes,
-            done.image_bytes
-        )
-        .map_err(io_err)?;
-        total.segments += done.segments;
-        total.raw_bytes += done.raw_bytes;
-        total.image_bytes += done.image_bytes;
+        let sealed = if sealed { "sealed, " } else { "" };
+        writeln!(out, "{id} {sealed}{}", compressed(&done)).map_err(io_err)?;
+        total.add(&done);
     }
     if ids.len() > 1 {
-        writeln!(
-            out,
-            "total sessions={} compressed {} ({} -> {} bytes)",
-            ids.len(),
-            plural(total.segments, "segment"),
-            total.raw_bytes,
-            total.image_bytes
-        )
-        .map_err(io_err)?;
+        writeln!(out, "total sessions={} {}", ids.len(), compressed(&total)).map_err(io_err)?;
     }
     store.close().map_err(store_err)
+}
+
+/// One line's account of [`store::Compressed`].
+fn compressed(c: &store::Compressed) -> String {
+    let shared = match c.shared {
+        0 => String::new(),
+        n => format!(", {} left raw (a fork shares them)", plural(n, "segment")),
+    };
+    format!(
+        "compressed {} ({} -> {} bytes){shared}",
+        plural(c.segments, "segment"),
+        c.raw_bytes,
+        c.image_bytes
+    )
 }
 
 /// The counts of `stats`: one session's, or the sum over sessions.

@@ -41,6 +41,27 @@ pub struct Compressed {
     pub raw_bytes: u64,
     /// Their images' size in bytes.
     pub image_bytes: u64,
+    /// Sealed segments left raw because a fork shares the file (a hard
+    /// link, `format-spec.md` section 7): an image would add its bytes to
+    /// the raw file the fork keeps. Compressed once no fork shares them.
+    pub shared: u64,
+}
+
+impl Compressed {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Compressed) {
+        self.segments += other.segments;
+        self.raw_bytes += other.raw_bytes;
+        self.image_bytes += other.image_bytes;
+        self.shared += other.shared;
+    }
+
+    fn shared_one() -> Compressed {
+        Compressed {
+            shared: 1,
+            ..Compressed::default()
+        }
+    }
 }
 
 /// The state of a handle's background compression.
@@ -92,11 +113,7 @@ impl State {
     fn record(&self, outcome: &Result<Option<Compressed>>) {
         let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner());
         match outcome {
-            Ok(Some(c)) => {
-                st.done.segments += c.segments;
-                st.done.raw_bytes += c.raw_bytes;
-                st.done.image_bytes += c.image_bytes;
-            }
+            Ok(Some(c)) => st.done.add(c),
             Ok(None) => {}
             Err(e) => st.last_error = Some(e.to_string()),
         }
@@ -167,8 +184,10 @@ impl Compressor {
 /// Compresses one queued segment: step 1 here, step 2 if the session is
 /// still loaded, written by this handle and the same incarnation.
 fn run_job(vfs: &dyn Vfs, sessions: &Sessions, job: &Job) -> Result<Option<Compressed>> {
-    let Some(prepared) = prepare(vfs, &job.id, &job.dir, &job.ident)? else {
-        return Ok(None);
+    let prepared = match prepare(vfs, &job.id, &job.dir, &job.ident)? {
+        Prep::Ready(p) => p,
+        Prep::Gone => return Ok(None),
+        Prep::Shared => return Ok(Some(Compressed::shared_one())),
     };
     let slot = sessions
         .read()
@@ -184,24 +203,36 @@ fn run_job(vfs: &dyn Vfs, sessions: &Sessions, job: &Job) -> Result<Option<Compr
     install(vfs, &mut s, prepared, ours)
 }
 
+/// What step 1 found.
+pub(super) enum Prep {
+    /// The image, written and synced under its temporary name.
+    Ready(Prepared),
+    /// The raw file is gone (compressed already, or the session removed)
+    /// or is another incarnation's (the session replaced since the job was
+    /// queued): nothing to do.
+    Gone,
+    /// A fork shares the raw file: left raw (see [`Compressed::shared`]).
+    Shared,
+}
+
+/// Whether a fork shares the raw file at `raw` (`NotFound` passes through).
+fn shared_with_fork(vfs: &dyn Vfs, raw: &Path) -> std::io::Result<bool> {
+    vfs.metadata(raw).map(|m| m.links > 1)
+}
+
 /// Step 1: the image of sealed segment `ident` of session `id` (in `dir`)
-/// written and synced under a temporary name. `None` when the raw file is
-/// gone (compressed already, or the session removed) or is another
-/// incarnation's (the session replaced since the job was queued).
-pub(super) fn prepare(
-    vfs: &dyn Vfs,
-    id: &str,
-    dir: &Path,
-    ident: &SegmentIdent,
-) -> Result<Option<Prepared>> {
+/// written and synced under a temporary name.
+pub(super) fn prepare(vfs: &dyn Vfs, id: &str, dir: &Path, ident: &SegmentIdent) -> Result<Prep> {
     let raw = dir.join(segment::segment_file_name(ident.first_seq));
-    let map = match vfs.map(&raw) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+    let found = shared_with_fork(vfs, &raw).and_then(|shared| Ok((shared, vfs.map(&raw)?)));
+    let map = match found {
+        Ok((true, _)) => return Ok(Prep::Shared),
+        Ok((false, m)) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Prep::Gone),
         Err(e) => return Err(io_at(&raw)(e)),
     };
     if segment::read_header(&map).is_ok_and(|h| h.session_uid != ident.session_uid) {
-        return Ok(None);
+        return Ok(Prep::Gone);
     }
     segment::check_sealed(&map, ident).map_err(|e| segment_error(id, &raw, e))?;
     let image = segment::encode_image(&map).map_err(|e| segment_error(id, &raw, e))?;
@@ -213,7 +244,7 @@ pub(super) fn prepare(
         let _ = vfs.remove_file(&tmp);
         return Err(io_at(&tmp)(e));
     }
-    Ok(Some(Prepared {
+    Ok(Prep::Ready(Prepared {
         tmp,
         raw,
         image: dir.join(name),
@@ -223,9 +254,9 @@ pub(super) fn prepare(
 }
 
 /// Step 2 (see the module): puts the image in place of the raw file when
-/// `ours` (the session is the incarnation the image was made for) and this
-/// handle holds the session's writer lock; otherwise removes the
-/// temporary file.
+/// `ours` (the session is the incarnation the image was made for), this
+/// handle holds the session's writer lock and no fork has linked the raw
+/// file since step 1; otherwise removes the temporary file.
 pub(super) fn install(
     vfs: &dyn Vfs,
     s: &mut Session,
@@ -235,6 +266,24 @@ pub(super) fn install(
     if !ours || s.lock.is_none() || s.poisoned {
         abandon(vfs, &p);
         return Ok(None);
+    }
+    // A fork links the parent's sealed files without the parent's mutex, so
+    // one may still link this file between this check and the removal
+    // below; it then keeps the raw file and this session the image. Both
+    // read the same bytes: that race costs space, never data.
+    match shared_with_fork(vfs, &p.raw) {
+        Ok(false) => {}
+        Ok(true) => {
+            abandon(vfs, &p);
+            return Ok(Some(Compressed::shared_one()));
+        }
+        Err(e) => {
+            abandon(vfs, &p);
+            return match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(None),
+                _ => Err(io_at(&p.raw)(e)),
+            };
+        }
     }
     let dir = s.dir.clone();
     let done = (|| {
@@ -261,6 +310,7 @@ pub(super) fn install(
         segments: 1,
         raw_bytes: p.raw_len,
         image_bytes: p.image_len,
+        shared: 0,
     }))
 }
 
@@ -302,13 +352,13 @@ impl Store {
             self.ensure_writer(s)?;
             let mut total = Compressed::default();
             for ident in s.raw_sealed(self.inner.store_id) {
-                let Some(p) = prepare(vfs, id, &s.dir, &ident)? else {
-                    continue;
+                let done = match prepare(vfs, id, &s.dir, &ident)? {
+                    Prep::Ready(p) => install(vfs, s, p, true)?,
+                    Prep::Gone => None,
+                    Prep::Shared => Some(Compressed::shared_one()),
                 };
-                if let Some(c) = install(vfs, s, p, true)? {
-                    total.segments += c.segments;
-                    total.raw_bytes += c.raw_bytes;
-                    total.image_bytes += c.image_bytes;
+                if let Some(c) = done {
+                    total.add(&c);
                 }
             }
             Ok(total)
@@ -400,22 +450,32 @@ mod tests {
     }
 
     #[test]
-    fn prepare_skips_a_gone_or_replaced_segment_and_images_its_own() {
+    fn prepare_skips_a_gone_replaced_or_shared_segment_and_images_its_own() {
         let dir = tempfile::tempdir().unwrap();
         let ident = SegmentIdent {
             store_id: [1; 16],
             session_uid: [2; 16],
             first_seq: 0,
         };
-        assert!(prepare(&RealFs, "s", dir.path(), &ident).unwrap().is_none());
+        let gone = |p: Prep| matches!(p, Prep::Gone);
+        assert!(gone(prepare(&RealFs, "s", dir.path(), &ident).unwrap()));
         sealed_segment(dir.path(), &ident);
         // Queued for another incarnation of the id: not this file's.
         let older = SegmentIdent {
             session_uid: [3; 16],
             ..ident
         };
-        assert!(prepare(&RealFs, "s", dir.path(), &older).unwrap().is_none());
-        let p = prepare(&RealFs, "s", dir.path(), &ident).unwrap().unwrap();
+        assert!(gone(prepare(&RealFs, "s", dir.path(), &older).unwrap()));
+        // Linked into a fork: an image would only add bytes.
+        let raw = dir.path().join(segment::segment_file_name(0));
+        let link = dir.path().join("fork-link");
+        std::fs::hard_link(&raw, &link).unwrap();
+        let p = prepare(&RealFs, "s", dir.path(), &ident).unwrap();
+        assert!(matches!(p, Prep::Shared));
+        std::fs::remove_file(&link).unwrap();
+        let Prep::Ready(p) = prepare(&RealFs, "s", dir.path(), &ident).unwrap() else {
+            panic!("a raw sealed segment of its own is imaged");
+        };
         let image = std::fs::read(&p.tmp).unwrap();
         let raw = std::fs::read(&p.raw).unwrap();
         assert_eq!(segment::decode_image(&image, &ident).unwrap(), raw);

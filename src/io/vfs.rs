@@ -75,6 +75,9 @@ pub struct Metadata {
     /// Bytes allocated on the device (`st_blocks * 512`): what the file
     /// really costs, preallocated space included, holes excluded.
     pub allocated: u64,
+    /// Hard links to the file (`st_nlink`): more than one for a sealed
+    /// segment a fork shares.
+    pub links: u64,
 }
 
 /// An open file. Positional I/O only; `Send + Sync` so a writer can move
@@ -321,6 +324,7 @@ fn metadata_of(m: fs::Metadata) -> Metadata {
         modified: m.modified().ok(),
         ino: m.ino(),
         allocated: m.blocks() * 512,
+        links: m.nlink(),
     }
 }
 
