@@ -835,3 +835,34 @@ fn resume_then_seal_auto_writes_the_same_footer_as_an_uninterrupted_writer() {
         Err(SegmentError::InvalidArgument { .. })
     ));
 }
+
+/// F13: an image whose header (checksums valid: crafted, not rot) claims
+/// gigabytes around a small frame is refused without allocating the
+/// claim. Under `CappedAlloc` an allocation of the claim aborts the run.
+#[test]
+fn an_image_claiming_gigabytes_is_refused_without_allocating_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = ident(7, 0);
+    let path = dir.path().join(segment_file_name(0));
+    let mut w = SegmentWriter::create(&path, &id, 0).unwrap();
+    write_batches(&mut w, &FIVE);
+    w.seal_auto().unwrap();
+    let raw = map_sealed(&path).unwrap().to_vec();
+    let image = encode_image(&raw).unwrap();
+    assert_eq!(decode_image(&image, &id).unwrap(), raw);
+    for claim in [1u64 << 30, 8 << 30] {
+        let mut crafted = image.clone();
+        crafted[12..20].copy_from_slice(&claim.to_le_bytes());
+        let crc = crc32fast::hash(&crafted[0..28]);
+        crafted[28..32].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(image_len(&crafted).unwrap(), claim);
+        let e = decode_image(&crafted, &id).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!(
+                "decodes to {} bytes, its header says {claim}",
+                raw.len()
+            )),
+            "{e}"
+        );
+    }
+}

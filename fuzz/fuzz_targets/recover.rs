@@ -18,9 +18,14 @@
 //! deletes the checkpoint, bit 1 zero-pads a rewritten segment to its old
 //! length (preallocated space).
 //!
-//! With `SESSIONLOG_FUZZ_CRAFTED=1` three more modes write inputs *with valid
-//! checksums*: a checkpoint body, a patched real checkpoint body, and a
-//! segment record. The store trusts checksummed bytes by design, so there
+//! Modes 15 and 16 store a sealed segment as a compressed image (`.segz`,
+//! the manifest raised to version 4): arbitrary bytes, or the real image
+//! with bytes changed.
+//!
+//! With `SESSIONLOG_FUZZ_CRAFTED=1` four more modes write inputs *with valid
+//! checksums*: a checkpoint body, a patched real checkpoint body, a
+//! segment record, and an image claiming any decoded length around any
+//! frame. The store trusts checksummed bytes by design, so there
 //! only "no panic, no huge allocation, the log before the crafted record is
 //! intact" is checked. With `SESSIONLOG_FUZZ_SEED_DIR=DIR` the first run
 //! writes one seed per mode (built from the real files) into DIR.
@@ -56,14 +61,23 @@ struct Template {
     manifest: usize,
     session_dir: PathBuf,
     image_len: usize,
+    /// The compressed image of each sealed segment (`segments[k]`).
+    images: Vec<Vec<u8>>,
+    /// The manifest raised to version 4, for the image modes.
+    manifest_v4: Vec<u8>,
     /// The modes in play (`SESSIONLOG_FUZZ_MODES`, default all).
     modes: Vec<u8>,
 }
 
+/// Modes that write bytes with valid checksums (`SESSIONLOG_FUZZ_CRAFTED=1`).
+const CRAFTED_MODES: [u8; 4] = [12, 13, 14, 17];
+
 /// Parses `SESSIONLOG_FUZZ_MODES` ("0-2,4,6-11"): the modes to run, so a
 /// long run can go on past a known failure of one mode.
 fn modes(crafted: bool) -> Vec<u8> {
-    let all: Vec<u8> = (0..if crafted { 15 } else { 12 }).collect();
+    let all: Vec<u8> = (0..18)
+        .filter(|m| crafted || !CRAFTED_MODES.contains(m))
+        .collect();
     let Ok(spec) = std::env::var("SESSIONLOG_FUZZ_MODES") else {
         return all;
     };
@@ -173,6 +187,14 @@ fn template() -> &'static Template {
             }
             seg_info.push((scan.valid_end, ident));
         }
+        let images = segments[..segments.len() - 1]
+            .iter()
+            .map(|&i| segment::encode_image(&files[i].1).expect("image of a sealed segment"))
+            .collect();
+        let mut manifest_v4 = sessionlog::manifest::Manifest::decode(&files[manifest].1, &dir)
+            .expect("template manifest");
+        manifest_v4.version = sessionlog::manifest::STORE_FORMAT_VERSION;
+        let manifest_v4 = manifest_v4.encode().to_vec();
         let image_len = files.iter().map(|(_, b)| b.len()).sum();
         let crafted = std::env::var_os("SESSIONLOG_FUZZ_CRAFTED").is_some_and(|v| v == "1");
         let t = Template {
@@ -188,6 +210,8 @@ fn template() -> &'static Template {
             manifest,
             session_dir,
             image_len,
+            images,
+            manifest_v4,
             modes: modes(crafted),
         };
         if let Some(seeds) = std::env::var_os("SESSIONLOG_FUZZ_SEED_DIR") {
@@ -211,7 +235,12 @@ fn write_seeds(t: &Template, dir: &Path) {
         (4, 0, 0, ckpt.clone()),
         (5, 0, 0, t.files[t.header].1.clone()),
         (6, 0, 0, vec![5, 0, 0, 0, 1, 2, 3, 4, 0]),
-        (7, 0, 0, br#"{"type":"session","id":"s","createdAt":1}"#.to_vec()),
+        (
+            7,
+            0,
+            0,
+            br#"{"type":"session","id":"s","createdAt":1}"#.to_vec(),
+        ),
         (8, 0, 0, t.files[t.manifest].1.clone()),
         (9, 1, 200, Vec::new()),
         (10, 0, 0, b"SLOGLINE".to_vec()),
@@ -219,6 +248,9 @@ fn write_seeds(t: &Template, dir: &Path) {
         (12, 0, 0, ckpt[checkpoint::CHECKPOINT_HEADER_LEN..].to_vec()),
         (13, 0, 0, vec![0, 0, 1]),
         (14, 0, 2, active[64..active.len().min(200)].to_vec()),
+        (15, 0, 0, t.images[0].clone()),
+        (16, 0, 0, vec![0, 0, 0]),
+        (17, 0, 0, crafted_image_seed(t)),
     ];
     for (mode, flags, param, payload) in payloads {
         let mut seed = vec![mode, flags];
@@ -274,6 +306,41 @@ fn header_file(real: &[u8], json: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&h.finalize().to_le_bytes());
     out.extend_from_slice(json);
     out
+}
+
+/// Mode 17's seed: the real image's claimed length (8 bytes) and frame.
+fn crafted_image_seed(t: &Template) -> Vec<u8> {
+    let image = &t.images[0];
+    let mut out = image[12..20].to_vec();
+    out.extend_from_slice(&image[segment::IMAGE_HEADER_LEN..]);
+    out
+}
+
+/// A segment image with valid checksums claiming `len` decoded bytes
+/// around `frame`.
+fn image_file(len: u64, frame: &[u8]) -> Vec<u8> {
+    let mut out = vec![0u8; segment::IMAGE_HEADER_LEN];
+    out[0..8].copy_from_slice(&segment::IMAGE_MAGIC);
+    out[8..10].copy_from_slice(&segment::IMAGE_VERSION.to_le_bytes());
+    out[12..20].copy_from_slice(&len.to_le_bytes());
+    out[20..24].copy_from_slice(&crc32fast::hash(frame).to_le_bytes());
+    let crc = crc32fast::hash(&out[0..28]);
+    out[28..32].copy_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(frame);
+    out
+}
+
+/// Sealed segment `k` stored as the image `bytes` in place of its raw
+/// file, in a store of version 4.
+fn as_image(t: &Template, files: &mut [(PathBuf, Vec<u8>)], k: usize, bytes: Vec<u8>) {
+    let (_, ident) = t.seg_info[k];
+    let i = t.segments[k];
+    files[i] = (
+        t.session_dir
+            .join(segment::image_file_name(ident.first_seq)),
+        bytes,
+    );
+    files[t.manifest].1 = t.manifest_v4.clone();
 }
 
 /// Builds the damaged image in memory: the files to write, and what to
@@ -372,6 +439,29 @@ fn damage(t: &Template, data: &[u8]) -> (Vec<(PathBuf, Vec<u8>)>, Expect) {
             files[t.checkpoint].1 = with_crcs(t, &body);
             expect = Expect::NoPanic;
         }
+        // A sealed segment's image: arbitrary bytes.
+        15 => as_image(t, &mut files, param % (nseg - 1), payload.to_vec()),
+        // A sealed segment's real image with bytes xored in (damage).
+        16 => {
+            let k = param % (nseg - 1);
+            let mut image = t.images[k].clone();
+            let mut p = Bytes::new(payload);
+            while !p.is_empty() {
+                let at = p.u16() as usize;
+                let x = p.u8();
+                let n = image.len();
+                image[at % n] ^= x;
+            }
+            as_image(t, &mut files, k, image);
+        }
+        // Crafted: an image with valid checksums claiming any length.
+        17 => {
+            let mut p = Bytes::new(payload);
+            let len = p.u64();
+            let image = image_file(len, p.rest());
+            as_image(t, &mut files, param % (nseg - 1), image);
+            expect = Expect::NoPanic;
+        }
         // Crafted: a checksum-valid record with arbitrary codec bytes after
         // a batch boundary of the active segment.
         _ => {
@@ -395,7 +485,7 @@ fn damage(t: &Template, data: &[u8]) -> (Vec<(PathBuf, Vec<u8>)>, Expect) {
             expect = Expect::IntactBefore(first_seq as usize);
         }
     }
-    if flags & 1 != 0 && mode != 4 && mode < 12 {
+    if flags & 1 != 0 && mode != 4 && !CRAFTED_MODES.contains(&mode) {
         files.swap_remove(t.checkpoint);
     }
     (files, expect)

@@ -71,6 +71,10 @@ pub use image::decode_image_any;
 pub use image::{
     check_sealed, decode_image, encode_image, image_file_name, image_len, parse_image_file_name,
 };
+/// The image header's constants, for tools that build images (the fuzz
+/// targets).
+#[cfg(any(test, feature = "internals"))]
+pub use image::{IMAGE_HEADER_LEN, IMAGE_MAGIC, IMAGE_VERSION};
 pub use reader::{Committed, committed_end, map_sealed_with};
 #[cfg(any(test, feature = "internals"))]
 pub use reader::{map_sealed, read_batch_payload, read_range};
