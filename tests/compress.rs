@@ -225,6 +225,70 @@ fn segments_a_fork_shares_stay_raw_until_it_is_gone() {
 }
 
 #[test]
+fn a_fork_compresses_what_it_inherited_once_its_parent_is_gone() {
+    let dir = fast_tempdir();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    write(&store, "p", 40);
+    store.fork("p", 60, SessionHeader::new("c", 0)).unwrap();
+    let cdir = session_dir(dir.path(), "c");
+    store.seal("c").unwrap();
+    let inherited = files(&cdir, ".seg").len() as u64 - 1;
+    assert!(inherited >= 1, "the fork links raw sealed segments");
+    let expected = view(&store, "c");
+    assert_eq!(
+        store.compress_sealed("c").unwrap().shared,
+        inherited,
+        "shared with the parent: left raw"
+    );
+
+    store.delete("p").unwrap();
+    let done = store.compress_sealed("c").unwrap();
+    assert_eq!((done.segments, done.shared), (inherited, 0), "{done:?}");
+    assert!(files(&cdir, ".seg").is_empty(), "all sealed, all images");
+    assert_eq!(view(&store, "c"), expected);
+    store.verify("c").unwrap();
+    store.close().unwrap();
+    // The images are read under their owner's identity (the LINEAGE).
+    for reopened in [
+        Store::open(dir.path(), options(true)).unwrap(),
+        Store::open_read_only(dir.path()).unwrap(),
+    ] {
+        assert_eq!(view(&reopened, "c"), expected);
+        reopened.verify("c").unwrap();
+    }
+}
+
+#[test]
+fn the_background_compresses_what_a_fork_inherited_once_it_is_its_own() {
+    let dir = fast_tempdir();
+    {
+        let store = Store::open(dir.path(), options(false)).unwrap();
+        write(&store, "p", 40);
+        store.fork("p", 60, SessionHeader::new("c", 0)).unwrap();
+        store.delete("p").unwrap();
+        store.close().unwrap();
+    }
+    let cdir = session_dir(dir.path(), "c");
+    let raw_before = files(&cdir, ".seg").len() as u64;
+    assert!(
+        raw_before >= 2,
+        "inherited sealed segments and the active one"
+    );
+    let store = Store::open(dir.path(), options(true)).unwrap();
+    let (events, _) = view(&store, "c");
+    // Taking the fork for writing queues its raw sealed segments.
+    store.append("c", &common::next_turn(&events)).unwrap();
+    wait_idle(&store);
+    let status = store.compression_status();
+    assert_eq!(status.last_error, None);
+    assert_eq!(status.done.segments, raw_before - 1, "{status:?}");
+    assert_eq!(files(&cdir, ".seg").len(), 1, "only the active one");
+    store.verify("c").unwrap();
+    let (after, _) = view(&Store::open_read_only(dir.path()).unwrap(), "c");
+    assert_eq!(&after[..events.len()], &events[..]);
+}
+
+#[test]
 fn a_raw_file_left_beside_its_image_is_read_and_compressed_again() {
     let dir = fast_tempdir();
     let store = Store::open(dir.path(), options(false)).unwrap();

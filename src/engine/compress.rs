@@ -41,9 +41,10 @@ pub struct Compressed {
     pub raw_bytes: u64,
     /// Their images' size in bytes.
     pub image_bytes: u64,
-    /// Sealed segments left raw because a fork shares the file (a hard
-    /// link, `format-spec.md` section 7): an image would add its bytes to
-    /// the raw file the fork keeps. Compressed once no fork shares them.
+    /// Sealed segments left raw because another session links the same
+    /// file (a parent and its fork, `format-spec.md` section 7): an image
+    /// would add its bytes to the raw file the other keeps. Compressed
+    /// once one session alone links them.
     pub shared: u64,
 }
 
@@ -199,7 +200,9 @@ fn run_job(vfs: &dyn Vfs, sessions: &Sessions, job: &Job) -> Result<Option<Compr
         return Ok(None);
     };
     let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
-    let ours = s.uid == job.ident.session_uid && s.dir == job.dir;
+    // The same incarnation: its directory, and the segment's owner as its
+    // lineage names it (itself, or the parent a fork inherited it from).
+    let ours = s.dir == job.dir && s.ident(job.ident.store_id, job.ident.first_seq) == job.ident;
     install(vfs, &mut s, prepared, ours)
 }
 
@@ -211,12 +214,14 @@ pub(super) enum Prep {
     /// or is another incarnation's (the session replaced since the job was
     /// queued): nothing to do.
     Gone,
-    /// A fork shares the raw file: left raw (see [`Compressed::shared`]).
+    /// Another session links the raw file: left raw (see
+    /// [`Compressed::shared`]).
     Shared,
 }
 
-/// Whether a fork shares the raw file at `raw` (`NotFound` passes through).
-fn shared_with_fork(vfs: &dyn Vfs, raw: &Path) -> std::io::Result<bool> {
+/// Whether another session (a parent or a fork) links the raw file at
+/// `raw` too (`NotFound` passes through).
+fn linked_elsewhere(vfs: &dyn Vfs, raw: &Path) -> std::io::Result<bool> {
     vfs.metadata(raw).map(|m| m.links > 1)
 }
 
@@ -224,7 +229,7 @@ fn shared_with_fork(vfs: &dyn Vfs, raw: &Path) -> std::io::Result<bool> {
 /// written and synced under a temporary name.
 pub(super) fn prepare(vfs: &dyn Vfs, id: &str, dir: &Path, ident: &SegmentIdent) -> Result<Prep> {
     let raw = dir.join(segment::segment_file_name(ident.first_seq));
-    let found = shared_with_fork(vfs, &raw).and_then(|shared| Ok((shared, vfs.map(&raw)?)));
+    let found = linked_elsewhere(vfs, &raw).and_then(|shared| Ok((shared, vfs.map(&raw)?)));
     let map = match found {
         Ok((true, _)) => return Ok(Prep::Shared),
         Ok((false, m)) => m,
@@ -267,11 +272,11 @@ pub(super) fn install(
         abandon(vfs, &p);
         return Ok(None);
     }
-    // A fork links the parent's sealed files without the parent's mutex, so
-    // one may still link this file between this check and the removal
+    // A fork links its parent's sealed files without the parent's mutex,
+    // so one may still link this file between this check and the removal
     // below; it then keeps the raw file and this session the image. Both
     // read the same bytes: that race costs space, never data.
-    match shared_with_fork(vfs, &p.raw) {
+    match linked_elsewhere(vfs, &p.raw) {
         Ok(false) => {}
         Ok(true) => {
             abandon(vfs, &p);
@@ -319,8 +324,9 @@ fn abandon(vfs: &dyn Vfs, p: &Prepared) {
 }
 
 impl Session {
-    /// The sealed segments of this session it owns (not a fork's shared
-    /// ones) still stored raw: what compression would do.
+    /// The sealed segments of this session still stored raw, its own and
+    /// those a fork inherited (named by their owner's uid): what
+    /// compression would do. [`prepare`] leaves any still shared raw.
     pub(super) fn raw_sealed(&self, store_id: [u8; 16]) -> Vec<SegmentIdent> {
         let sealed = if self.last_is_active() {
             self.segs.len().saturating_sub(1)
@@ -329,7 +335,7 @@ impl Session {
         };
         self.segs[..sealed]
             .iter()
-            .filter(|g| g.remote.is_none() && self.lineage.owner(g.first_seq).is_none())
+            .filter(|g| g.remote.is_none())
             .filter(|g| g.path.extension().is_some_and(|e| e == "seg"))
             .map(|g| self.ident(store_id, g.first_seq))
             .collect()
