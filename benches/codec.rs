@@ -30,7 +30,6 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use sessionlog::codec::{self, EncodeOptions};
 use sessionlog::event::{OwnedEvent, SurfaceOp};
 use sessionlog::sample::{Sample, SampleConfig};
-use std::borrow::Cow;
 use std::hint::black_box;
 use std::ops::Range;
 use std::time::Duration;
@@ -91,12 +90,11 @@ fn ranges_by_decoding(bytes: &[u8], chunk: &[OwnedEvent], ranges: &mut Vec<Optio
     ranges.clear();
     let events = codec::decode_batch(bytes, chunk[0].seq, chunk.len() as u32, 0).expect("valid");
     let base = bytes.as_ptr() as usize;
-    ranges.extend(events.iter().map(|e| match &e.data {
-        Cow::Borrowed(raw) => {
-            let start = raw.get().as_ptr() as usize - base;
-            Some(start..start + raw.get().len())
-        }
-        Cow::Owned(_) => None,
+    ranges.extend(events.iter().map(|e| {
+        e.data.is_borrowed().then(|| {
+            let start = e.data.get().as_ptr() as usize - base;
+            start..start + e.data.get().len()
+        })
     }));
 }
 

@@ -15,9 +15,8 @@
 //! assert!(events.iter().filter(|e| e.kind == "assistant/chunk").count() * 2 > events.len());
 //! ```
 
-use crate::event::{Event, OwnedEvent, SurfaceOp};
+use crate::event::{Data, Event, OwnedEvent, SurfaceOp};
 use crate::header::SessionHeader;
-use serde_json::value::RawValue;
 use std::borrow::Cow;
 
 /// What to generate.
@@ -277,7 +276,7 @@ impl Builder {
             kind: Cow::Owned(kind.to_owned()),
             seq: self.events.len() as u64,
             time: self.time,
-            data: Cow::Owned(RawValue::from_string(data).expect("generated JSON is valid")),
+            data: Data::from_json(data).expect("generated JSON is plain JSON"),
             source_event_seqs: None,
             surface_op: None,
             ignorable: false,

@@ -9,7 +9,7 @@
 
 use sessionlog::adapters::jsonl::read_session;
 use sessionlog::codec::{self, EncodeOptions};
-use sessionlog::event::{Event, OwnedEvent, SurfaceOp};
+use sessionlog::event::{Data, Event, OwnedEvent, SurfaceOp};
 use sessionlog::header::SessionHeader;
 use sessionlog::sample::{Sample, SampleConfig};
 use sessionlog::segment::{self, ScanOptions, SegmentWriter};
@@ -605,10 +605,29 @@ fn neg_zero_seq_time(_: &Path) -> Outcome {
     Ok("accepted: seq -0 and time -0 are the integer 0 (JS Number.isSafeInteger(-0))".into())
 }
 
+/// The payload is checked when it is made (`Data`), so no event, and no
+/// batch, can carry it.
 fn code_data_not_finite(dir: &Path) -> Outcome {
     let e = OwnedEvent::new("x", 6, 7, r#"{"n":1e999}"#)
-        .map_err(|e| ("serde_json".to_owned(), e.to_string()))?;
+        .map_err(|e| ("DataError".to_owned(), e.to_string()))?;
     append_after_turn(dir, vec![e])
+}
+
+/// Before `Data`, a borrowed payload skipped the check and was stored.
+fn code_borrowed_data_not_finite(dir: &Path) -> Outcome {
+    let raw: &serde_json::value::RawValue =
+        serde_json::from_str(r#"{"n":[1,-1E400]}"#).expect("valid JSON syntax");
+    let data = Data::new(raw).map_err(|e| ("DataError".to_owned(), e.to_string()))?;
+    let e = Event {
+        kind: "x".into(),
+        seq: 6,
+        time: 7,
+        data,
+        source_event_seqs: None,
+        surface_op: None,
+        ignorable: false,
+    };
+    append_after_turn(dir, vec![e.into_owned()])
 }
 
 fn code_time_beyond(dir: &Path) -> Outcome {
@@ -979,12 +998,14 @@ fn rows() -> Vec<Row> {
             expect: Fails("Violation::Json", &["number -1e999 is not finite"]),
         },
         Row {
-            name: "data 1e999 built in code, appended",
+            name: "data 1e999 built in code",
             run: code_data_not_finite,
-            expect: Fails(
-                "Rejected",
-                &["batch rejected at x seq=6 [json]", "1e999 is not finite"],
-            ),
+            expect: Fails("DataError", &["number 1e999 is not finite"]),
+        },
+        Row {
+            name: "data 1e999 borrowed from a RawValue, built in code",
+            run: code_borrowed_data_not_finite,
+            expect: Fails("DataError", &["number -1E400 is not finite"]),
         },
         Row {
             name: "time NaN",

@@ -72,8 +72,9 @@ fn assert_round_trip(events: &[Event<'_>], prev_time: i64) {
         for e in &back {
             assert!(matches!(e.kind, Cow::Borrowed(_)));
             assert!(range.contains(&e.kind.as_ptr()) || e.kind.is_empty());
-            if let Cow::Borrowed(raw) = &e.data {
-                assert!(range.contains(&raw.get().as_ptr()) || raw.get().is_empty());
+            if e.data.is_borrowed() {
+                let raw = e.data.get();
+                assert!(range.contains(&raw.as_ptr()) || raw.is_empty());
             } else {
                 assert!(options.compress, "verbatim data must decode borrowed");
             }
@@ -102,20 +103,16 @@ fn assert_indexed(events: &[Event<'_>], prev_time: i64, options: EncodeOptions) 
     let base = bytes.as_ptr() as usize;
     let mut end = 0;
     for (i, (e, range)) in back.iter().zip(&ranges).enumerate() {
-        match &e.data {
-            Cow::Borrowed(raw) => {
-                let at = raw.get().as_ptr() as usize - base;
-                assert_eq!(
-                    range,
-                    &Some(at..at + raw.get().len()),
-                    "{options:?}: event {i}"
-                );
-                let range = range.clone().unwrap();
-                assert!(range.start >= end, "ranges in order, disjoint");
-                end = range.end;
-                assert_eq!(&bytes[range], events[i].data.get().as_bytes());
-            }
-            Cow::Owned(_) => assert_eq!(range, &None, "{options:?}: event {i} is packed"),
+        if e.data.is_borrowed() {
+            let raw = e.data.get();
+            let at = raw.as_ptr() as usize - base;
+            assert_eq!(range, &Some(at..at + raw.len()), "{options:?}: event {i}");
+            let range = range.clone().unwrap();
+            assert!(range.start >= end, "ranges in order, disjoint");
+            end = range.end;
+            assert_eq!(&bytes[range], events[i].data.get().as_bytes());
+        } else {
+            assert_eq!(range, &None, "{options:?}: event {i} is packed");
         }
     }
 }
@@ -213,10 +210,7 @@ fn compression_paths_are_used_and_exact() {
         verbatim.len()
     );
     let back = decode(&bytes, events[0].seq, events.len(), 0).unwrap();
-    let owned = back
-        .iter()
-        .filter(|e| matches!(e.data, Cow::Owned(_)))
-        .count();
+    let owned = back.iter().filter(|e| !e.data.is_borrowed()).count();
     assert!(owned >= 4, "chunks and the repeated header are compressed");
     assert_eq!(back, events);
 }
@@ -245,7 +239,7 @@ fn one_pack_serves_many_events_of_many_types() {
     let back = decode(&bytes, 0, events.len(), 0).unwrap();
     for (i, e) in back.iter().enumerate() {
         assert_eq!(
-            matches!(e.data, Cow::Borrowed(_)),
+            e.data.is_borrowed(),
             i % 5 == 0,
             "event {i}: only messages are verbatim"
         );
@@ -320,10 +314,7 @@ fn repeated_data_is_packed() {
         verbatim.len()
     );
     let back = decode(&bytes, 0, events.len(), 0).unwrap();
-    let owned = back
-        .iter()
-        .filter(|e| matches!(e.data, Cow::Owned(_)))
-        .count();
+    let owned = back.iter().filter(|e| !e.data.is_borrowed()).count();
     assert_eq!(owned, 40, "{owned} of 40 packed");
 }
 
@@ -539,7 +530,7 @@ fn pack_headers_are_checked() {
     let good = batch_with_pack(data.len(), &frame, data.len());
     let back = decode(&good, 0, 1, 0).unwrap();
     assert_eq!(back[0].data.get().as_bytes(), data);
-    assert!(matches!(back[0].data, Cow::Owned(_)));
+    assert!(!back[0].data.is_borrowed());
     let reason = |bytes: &[u8]| match decode(bytes, 0, 1, 0) {
         Err(CodecError::Corrupt { reason, .. }) => reason,
         other => panic!("decoded: {other:?}"),
@@ -610,7 +601,7 @@ fn data_too_compressible_for_the_ratio_bound_is_stored_verbatim() {
     assert_eq!(bytes[0], 0, "no pack");
     let back = decode(&bytes, 0, 2, 0).unwrap();
     assert_eq!(back, events);
-    assert!(back.iter().all(|e| matches!(e.data, Cow::Borrowed(_))));
+    assert!(back.iter().all(|e| e.data.is_borrowed()));
     // Below the slack, the same data packs.
     let small = format!(r#""{}""#, " ".repeat(PACK_SLACK / 4));
     let events = [ev("x", 0, 0, &small), ev("x", 1, 0, &small)];
@@ -964,9 +955,10 @@ fn fixture_events_round_trip_and_size() {
                     .unwrap_or_else(|e| panic!("{name}: {e}"));
                 if options == EncodeOptions::default() {
                     for e in &back {
-                        match e.data {
-                            Cow::Borrowed(_) => borrowed += 1,
-                            Cow::Owned(_) => owned += 1,
+                        if e.data.is_borrowed() {
+                            borrowed += 1;
+                        } else {
+                            owned += 1;
                         }
                     }
                 }
@@ -980,7 +972,7 @@ fn fixture_events_round_trip_and_size() {
                 for (bytes, first, count, prev_time) in &batches {
                     for e in decode(bytes, *first, *count, *prev_time).unwrap() {
                         assert!(
-                            e.surface_op.is_none() || matches!(e.data, Cow::Borrowed(_)),
+                            e.surface_op.is_none() || e.data.is_borrowed(),
                             "{name}: message event {} was not stored verbatim",
                             e.seq
                         );

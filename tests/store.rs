@@ -2,9 +2,10 @@
 
 use sessionlog::adapters::jsonl;
 use sessionlog::build;
-use sessionlog::event::{Event, OwnedEvent};
+use sessionlog::event::{Data, Event, OwnedEvent};
 use sessionlog::header::SessionHeader;
 use sessionlog::store::{Error, Options, Store};
+use sessionlog::violation::Rule;
 use std::path::{Path, PathBuf};
 
 fn ev(text: &str) -> OwnedEvent {
@@ -158,13 +159,14 @@ fn bad_batches_are_rejected_whole_naming_seq_and_type() {
         err.to_string().contains("user/message seq=1 [contiguity]"),
         "the error names the type and seq: {err}"
     );
-    // Data that is not plain JSON (a number JSON.parse reads as Infinity).
-    let mut inf = log[0].clone();
-    inf.data = std::borrow::Cow::Owned(
-        serde_json::value::RawValue::from_string(r#"{"turn":1e999}"#.into()).unwrap(),
-    );
-    let err = store.append("s", &[inf]).unwrap_err();
-    assert!(err.to_string().contains("turn/start seq=0 [json]"), "{err}");
+    // Data that is not plain JSON (a number JSON.parse reads as Infinity)
+    // cannot become an event's payload at all, borrowed or owned, so no
+    // batch can carry it.
+    let text = r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1e999}}"#;
+    let err = Event::from_json(text).unwrap_err();
+    assert_eq!(err.rule, Rule::Json, "{err}");
+    let raw: &serde_json::value::RawValue = serde_json::from_str(r#"{"turn":1e999}"#).unwrap();
+    assert!(Data::new(raw).is_err() && Data::from_raw(raw.to_owned()).is_err());
     assert!(
         store.list().unwrap().is_empty(),
         "nothing stored, not even the session"

@@ -9,7 +9,7 @@
 
 use crate::adapters::Reporter;
 use crate::adapters::bounded;
-use crate::event::{Event, RawEvent};
+use crate::event::{Data, Event, RawEvent};
 use crate::header::{ParsedHeader, SessionHeader};
 use crate::invariants;
 use crate::json::{self, Fields};
@@ -379,7 +379,7 @@ pub fn expand_packed_row<'a>(row: &Fields<'a>) -> Result<Vec<Event<'a>>, String>
             kind: Cow::Borrowed("assistant/chunk"),
             seq,
             time,
-            data: Cow::Owned(RawValue::from_string(d).map_err(|e| e.to_string())?),
+            data: Data::from_json(d).map_err(|e| e.to_string())?,
             source_event_seqs: None,
             surface_op: None,
             ignorable: false,

@@ -12,6 +12,8 @@ use crate::violation::{Location, Rule, Violation};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
+pub use super::payload::{Data, DataError};
+
 /// The event types the harness knew when the fixtures were written, sorted
 /// (byte order) so that they can be binary-searched.
 pub const KNOWN_TYPES: &[&str] = &[
@@ -104,7 +106,8 @@ pub enum SurfaceOp {
 /// One event of a session log.
 ///
 /// `kind` and `data` borrow from the input where they can (`Event<'static>`
-/// owns them). `data` is the verbatim JSON text of the payload.
+/// owns them). `data` is the verbatim JSON text of the payload, checked
+/// when it was made ([`Data`]).
 ///
 /// ```
 /// use sessionlog::event::Event;
@@ -123,7 +126,7 @@ pub struct Event<'a> {
     /// Unix epoch milliseconds (a JS safe integer).
     pub time: i64,
     /// The payload, verbatim.
-    pub data: Cow<'a, RawValue>,
+    pub data: Data<'a>,
     /// Provenance: seqs of earlier events this one was built from.
     pub source_event_seqs: Option<Vec<u64>>,
     /// How the event entered the surface (surface-eligible types only).
@@ -138,7 +141,7 @@ impl PartialEq for Event<'_> {
         self.kind == other.kind
             && self.seq == other.seq
             && self.time == other.time
-            && self.data.get() == other.data.get()
+            && self.data == other.data
             && self.source_event_seqs == other.source_event_seqs
             && self.surface_op == other.surface_op
             && self.ignorable == other.ignorable
@@ -172,7 +175,7 @@ impl<'a> Event<'a> {
             kind: static_kind(self.kind),
             seq: self.seq,
             time: self.time,
-            data: Cow::Owned(self.data.into_owned()),
+            data: self.data.into_owned(),
             source_event_seqs: self.source_event_seqs,
             surface_op: self.surface_op,
             ignorable: self.ignorable,
@@ -185,7 +188,7 @@ impl<'a> Event<'a> {
             kind: Cow::Borrowed(&self.kind),
             seq: self.seq,
             time: self.time,
-            data: Cow::Borrowed(&self.data),
+            data: self.data.borrowed(),
             source_event_seqs: self.source_event_seqs.clone(),
             surface_op: self.surface_op,
             ignorable: self.ignorable,
@@ -257,17 +260,7 @@ impl<'a> Event<'a> {
                 format!("time {} is not a safe integer", self.time),
             ));
         }
-        // Events built in code carry a RawValue, which accepts numbers
-        // JSON.parse would read as Infinity; JSON input was checked at parse.
-        if let Cow::Owned(data) = &self.data {
-            json::check_finite_numbers(data.get()).map_err(|why| {
-                Violation::at(
-                    seq,
-                    Rule::Json,
-                    format!("data of {} is not plain JSON: {why}", self.kind),
-                )
-            })?;
-        }
+        // `data` was checked when it was made (`Data`).
         check_eligibility(
             &self.kind,
             seq,
@@ -288,18 +281,19 @@ impl<'a> Event<'a> {
 }
 
 impl OwnedEvent {
-    /// An owned event from parts; `data` must be valid JSON text.
+    /// An owned event from parts; `data` must be JSON text whose numbers
+    /// are finite ([`Data::from_json`]).
     pub fn new(
         kind: impl Into<String>,
         seq: u64,
         time: i64,
         data: &str,
-    ) -> Result<OwnedEvent, serde_json::Error> {
+    ) -> Result<OwnedEvent, DataError> {
         Ok(Event {
             kind: Cow::Owned(kind.into()),
             seq,
             time,
-            data: Cow::Owned(RawValue::from_string(data.to_owned())?),
+            data: Data::from_json(data)?,
             source_event_seqs: None,
             surface_op: None,
             ignorable: false,
@@ -317,8 +311,8 @@ pub struct RawEvent<'a> {
     pub seq: u64,
     /// `time`.
     pub time: i64,
-    /// `data`, verbatim.
-    pub data: &'a RawValue,
+    /// `data`, verbatim (checked).
+    pub data: Data<'a>,
     /// `sourceEventSeqs` as given (unchecked).
     pub source_event_seqs: Option<&'a RawValue>,
     /// `surfaceOp` as given (unchecked).
@@ -389,7 +383,7 @@ impl<'a> RawEvent<'a> {
         let data = fields
             .get("data")
             .ok_or_else(|| fail("missing \"data\"".into()))?;
-        json::check_finite_numbers(data.get()).map_err(|why| {
+        let data = Data::new(data).map_err(|why| {
             Violation::new(loc, Rule::Json, format!("data is not plain JSON: {why}"))
         })?;
         let ignorable = match fields.get("ignorable") {
@@ -435,7 +429,7 @@ impl<'a> RawEvent<'a> {
             kind: self.kind,
             seq,
             time: self.time,
-            data: Cow::Borrowed(self.data),
+            data: self.data,
             source_event_seqs,
             surface_op,
             ignorable: self.ignorable,

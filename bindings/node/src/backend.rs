@@ -27,7 +27,7 @@
 
 use crate::header;
 use serde_json::value::RawValue;
-use sessionlog::event::Event;
+use sessionlog::event::{Data, Event};
 use sessionlog::header::SessionHeader;
 use sessionlog::json::{self, Fields};
 use sessionlog::store::{Batches, Error as StoreError, Options, Store};
@@ -217,11 +217,15 @@ fn parse_events(text: &str) -> Result<Vec<Event<'_>>> {
                 .get("time")
                 .and_then(json::safe_integer)
                 .ok_or_else(|| bad(format!("event {seq} lacks a safe integer time")))?;
+            // JSON.stringify never writes a number JSON.parse reads as
+            // Infinity; text from elsewhere might.
+            let data =
+                Data::new(raw).map_err(|e| bad(format!("event {seq} is not plain JSON: {e}")))?;
             Ok(Event {
                 kind: Cow::Borrowed(VERBATIM_KIND),
                 seq,
                 time,
-                data: Cow::Borrowed(raw),
+                data,
                 source_event_seqs: None,
                 surface_op: None,
                 // A reader that does not know this type cannot interpret the

@@ -1,7 +1,7 @@
 // Tests of the addon at the JSON-text seam, run with `node --test test/`
 // after `npm run build`. The harness's contract suites cover the hooks'
-// semantics; these cover what they do not: lone UTF-16 surrogates, the
-// torn-tail marker's life, handles sharing a store, the store options, and
+// semantics; these cover what they do not: lone UTF-16 surrogates, numbers
+// JSON.parse reads as Infinity, the torn-tail marker's life, handles sharing a store, the store options, and
 // the typed error a second process gets.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
@@ -270,6 +270,23 @@ test('a first batch the store refuses leaves the id free and unlisted', async (t
   assert.deepEqual(JSON.parse(await store.list()), [])
   await store.appendBatch(JSON.stringify(meta('bad')), JSON.stringify([{ type: 'turn/start', seq: 0, time: 1, data: {} }]), false)
   assert.equal(JSON.parse(await store.loadStored('bad')).events.length, 1)
+  await store.close()
+})
+
+test('a number JSON.parse reads as Infinity is refused whole, naming the seq', async (t) => {
+  const root = tempRoot(t)
+  const store = addon.openSessionLog(root)
+  // Text JSON.stringify never writes, but a caller of the addon could.
+  const batch = '[{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}},' +
+    '{"type":"plugin/probe","seq":1,"time":2,"data":{"x":[1,-1E400]},"ignorable":true}]'
+  await assert.rejects(
+    store.appendBatch(JSON.stringify(meta('inf')), batch, false),
+    /SESSIONLOG_BAD_INPUT: event 1 is not plain JSON: number -1E400 is not finite/,
+  )
+  assert.equal(await store.loadStored('inf'), null, 'nothing of the batch is stored')
+  // The same digits in a string are text.
+  await store.appendBatch(JSON.stringify(meta('inf')), batch.replace('-1E400', '"-1E400"'), false)
+  assert.equal(JSON.parse(await store.loadStored('inf')).events[1].data.x[1], '-1E400')
   await store.close()
 })
 

@@ -7,7 +7,7 @@ use super::{
     CodecError, F_APPEND, F_IGNORABLE, F_NEW_TYPE, F_PACKED, F_REPLACE, F_RESERVED, F_SOURCES,
     boxed_raw_value, corrupt, pack_limit, raw_value,
 };
-use crate::event::{Event, SurfaceOp};
+use crate::event::{Data, Event, SurfaceOp};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -346,7 +346,8 @@ impl<'a> Cursor<'a> {
             kind: Cow::Borrowed(kind),
             seq,
             time: self.time,
-            data,
+            // This crate's own checksummed records: checked when written.
+            data: Data::trusted(data),
             source_event_seqs,
             surface_op,
             ignorable: flags & F_IGNORABLE != 0,

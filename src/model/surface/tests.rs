@@ -1,7 +1,7 @@
 //! Tests of the surface index.
 
 use super::*;
-use crate::event::OwnedEvent;
+use crate::event::{Data, OwnedEvent};
 
 fn ev(
     kind: &str,
@@ -137,15 +137,13 @@ fn tool_result_rewrite_rule() {
     assert_eq!(build(&ok).unwrap().seqs(), vec![0, 2]);
 
     let mut bad = ok.clone();
-    bad[2].data = std::borrow::Cow::Owned(
-        RawValue::from_string(nested("short").replace("\"isError\":false", "\"isError\":true"))
-            .unwrap(),
-    );
+    bad[2].data =
+        Data::from_json(nested("short").replace("\"isError\":false", "\"isError\":true")).unwrap();
     assert_eq!(build(&bad).unwrap_err().rule, Rule::ToolResultRewrite);
 
     let flat = r#"{"turn":1,"step":1,"callId":"c","content":[],"isError":false}"#;
     let mut dialect = ok.clone();
-    dialect[2].data = std::borrow::Cow::Owned(RawValue::from_string(flat.into()).unwrap());
+    dialect[2].data = Data::from_json(flat).unwrap();
     assert_eq!(build(&dialect).unwrap_err().rule, Rule::ToolResultRewrite);
 
     // Flat rewrites compare everything but `content`.
