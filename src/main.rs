@@ -1,6 +1,8 @@
 //! The `sessionlog` command line.
 
 // The command line lives in src/cli/, over the library's public API.
+#[path = "cli/args.rs"]
+mod args;
 #[path = "cli/commands.rs"]
 mod cli;
 #[path = "cli/demo.rs"]
