@@ -535,6 +535,50 @@ fn compressed_sealed_segments_stay_local_the_bucket_gets_them_raw() {
     }
 }
 
+#[test]
+fn a_fork_compresses_what_it_inherited_and_the_bucket_still_gets_raw_segments() {
+    for bucket in buckets("fork-images") {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a");
+        let log = turn_log(200, "fork-images");
+        let store =
+            Store::open(&dir, host_options(&bucket, "a", EvictionPolicy::default())).unwrap();
+        store.create(SessionHeader::new("s", 0)).unwrap();
+        append_turns(&store, "s", &log);
+        let at = turns_len(&log, 150) as u64;
+        store.fork("s", at, SessionHeader::new("c", 1)).unwrap();
+        let child = read_all(&store, "c");
+        // The parent gone, the fork alone links what it inherited and
+        // compresses it (images named under the parent's uid, LINEAGE).
+        store.delete("s").unwrap();
+        let done = store.compress_sealed("c").unwrap();
+        assert!(
+            done.segments >= 2 && done.shared == 0,
+            "{}: {done:?}",
+            bucket.name
+        );
+        store.archive_sync().unwrap();
+        let objects = objects(&bucket);
+        assert!(
+            objects.iter().all(|(k, _)| !k.ends_with(".segz")),
+            "{}: {objects:?}",
+            bucket.name
+        );
+        assert_eq!(read_all(&store, "c"), child, "{}", bucket.name);
+        store.close().unwrap();
+
+        // A second host resumes the fork from the bucket alone.
+        let b = Store::open(
+            tmp.path().join("b"),
+            host_options(&bucket, "b", EvictionPolicy::default()),
+        )
+        .unwrap();
+        assert_eq!(read_all(&b, "c"), child, "{}", bucket.name);
+        b.verify("c").unwrap();
+        b.close().unwrap();
+    }
+}
+
 /// Session "s" of a 120-turn log, its first 100 turns written in `dir`
 /// without an archive (the bucket has none of it) and its sealed segments
 /// compressed; returns the log, the length written and the images made.
