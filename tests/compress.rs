@@ -573,3 +573,117 @@ fn a_raw_segment_listed_but_gone_is_read_from_its_image_everywhere() {
     assert!(!files(&session_dir(dir.path(), "c"), ".segz").is_empty());
     writer.verify("c").unwrap();
 }
+
+/// Decoded images are kept for later derives only within
+/// `Options::max_decoded_images`: a derive that leaves the handle above it
+/// gives its session's back (its `Derived` still reads them), so memory is
+/// bounded however many sessions a handle derives.
+#[test]
+fn derive_keeps_decoded_images_only_within_the_budget() {
+    let dir = fast_tempdir();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    for id in ["a", "b"] {
+        write(&store, id, 60);
+        assert!(store.compress_sealed(id).unwrap().segments >= 3);
+    }
+    store.close().unwrap();
+    let with_budget = |max_decoded_images: u64| {
+        Store::open(
+            dir.path(),
+            Options {
+                max_decoded_images,
+                ..options(false)
+            },
+        )
+        .unwrap()
+    };
+    let messages = |d: &sessionlog::store::Derived| -> Vec<String> {
+        d.messages().map(|m| m.to_json()).collect()
+    };
+    // Unbounded: each session keeps what its derive decoded.
+    let all = with_budget(u64::MAX);
+    let (da, db) = (all.derive("a").unwrap(), all.derive("b").unwrap());
+    let (ma, mb) = (messages(&da), messages(&db));
+    assert!(!ma.is_empty() && !mb.is_empty());
+    let kept_a = all.stats("a").unwrap().decoded_bytes;
+    assert!(kept_a > 0 && all.stats("b").unwrap().decoded_bytes > 0);
+    drop((da, db));
+    all.close().unwrap();
+
+    // Room for one session: the first keeps its images, the second not.
+    let one = with_budget(kept_a);
+    assert_eq!(messages(&one.derive("a").unwrap()), ma);
+    assert_eq!(one.stats("a").unwrap().decoded_bytes, kept_a);
+    let db = one.derive("b").unwrap();
+    assert_eq!(one.stats("b").unwrap().decoded_bytes, 0);
+    assert_eq!(messages(&db), mb, "the Derived keeps what it reads");
+    drop(db);
+    assert_eq!(messages(&one.derive("b").unwrap()), mb);
+    assert_eq!(one.stats("b").unwrap().decoded_bytes, 0);
+    assert_eq!(one.stats("a").unwrap().decoded_bytes, kept_a);
+    one.close().unwrap();
+
+    // None kept: every derive decodes what it reads, and reads it right
+    // (a reader takes the bound too).
+    let none = Store::open_read_only_with(
+        dir.path(),
+        Options {
+            max_decoded_images: 0,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    for _ in 0..2 {
+        assert_eq!(messages(&none.derive("a").unwrap()), ma);
+        assert_eq!(none.stats("a").unwrap().decoded_bytes, 0);
+    }
+}
+
+/// A derive decodes the images it reads before it returns, even when an
+/// earlier derive gave them back: an image damaged in between is an error
+/// naming it, not a message missing from the `Derived`.
+#[test]
+fn a_derive_after_its_images_were_given_back_checks_them_again() {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = fast_tempdir();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    write(&store, "s", 40);
+    store.compress_sealed("s").unwrap();
+    store.close().unwrap();
+    let store = Store::open(
+        dir.path(),
+        Options {
+            max_decoded_images: 0,
+            ..options(false)
+        },
+    )
+    .unwrap();
+    let count = store.derive("s").unwrap().messages().count();
+    assert!(count > 0);
+    assert_eq!(store.stats("s").unwrap().decoded_bytes, 0);
+    // Damaged in place (the image stays mapped: no truncation).
+    let image = files(&session_dir(dir.path(), "s"), ".segz")[0].clone();
+    let bytes = std::fs::read(&image).unwrap();
+    let at = bytes.len() / 2;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&image)
+        .unwrap();
+    f.seek(SeekFrom::Start(at as u64)).unwrap();
+    f.write_all(&[bytes[at] ^ 0x10]).unwrap();
+    drop(f);
+    match store.derive("s") {
+        Err(e @ (Error::Corrupt { .. } | Error::Segment { .. })) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&*image.file_name().unwrap().to_string_lossy()),
+                "{msg}"
+            );
+        }
+        Err(other) => panic!("expected the image named: {other}"),
+        Ok(d) => panic!(
+            "a damaged image must fail the derive ({} messages)",
+            d.messages().count()
+        ),
+    }
+}

@@ -47,6 +47,11 @@ pub(super) struct Inner {
     pub(super) closed: AtomicBool,
     /// Ticks of session use, for evicting the least recently used.
     pub(super) clock: AtomicU64,
+    /// Bytes of compressed images decoded in memory, wherever they are
+    /// held (sessions, snapshots, reads in progress): added when an image
+    /// is decoded, taken off when its bytes are dropped
+    /// (`Options::max_decoded_images`).
+    pub(super) decoded: Arc<AtomicU64>,
     pub(super) pending: Mutex<HashMap<String, SessionHeader>>,
     /// Shared with the group-commit thread, which never holds the store
     /// itself (so dropping the last handle releases the lock at once).
@@ -171,6 +176,23 @@ impl Store {
         Self::open_with(dir.as_ref(), Options::default(), crate::vfs::real(), true)
     }
 
+    /// [`Store::open_read_only`] with the options a reader uses: its
+    /// memory and file bounds (`max_open_sessions`, `max_decoded_images`)
+    /// and the record limit it reads with (`max_record`). The others (about
+    /// writing, and the archive tier) are ignored.
+    ///
+    /// ```no_run
+    /// use sessionlog::store::{Options, Store};
+    /// let reader = Store::open_read_only_with(
+    ///     "sessions",
+    ///     Options { max_open_sessions: 64, max_decoded_images: 64 << 20, ..Options::default() },
+    /// )?;
+    /// # Ok::<(), sessionlog::store::Error>(())
+    /// ```
+    pub fn open_read_only_with(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
+        Self::open_with(dir.as_ref(), options, crate::vfs::real(), true)
+    }
+
     /// [`Store::open`] with every file operation going through `vfs` (fault
     /// injection; unstable, `internals` feature).
     #[cfg(feature = "internals")]
@@ -283,6 +305,7 @@ impl Store {
                 registry,
                 closed: AtomicBool::new(false),
                 clock: AtomicU64::new(0),
+                decoded: Arc::new(AtomicU64::new(0)),
                 pending: Mutex::new(HashMap::new()),
                 sessions,
                 recoveries: Mutex::new(HashMap::new()),
@@ -612,6 +635,7 @@ impl Store {
             dir_ino: 0,
             placeholder: false,
             used: 0,
+            refetch: true,
         })
     }
 

@@ -74,6 +74,19 @@ pub struct Options {
     /// decoded for its upload), so hosts with and without this option
     /// share one bucket.
     pub compress_sealed: bool,
+    /// Bytes of decoded compressed images this handle keeps for later
+    /// derives (default 256 MiB). A derive reads message data in place, so
+    /// it decodes the images holding the messages it reads; while the
+    /// handle's decoded images (kept by sessions, and held by [`Derived`]
+    /// values and reads in progress) stay within this, the session keeps
+    /// them for its next derive. A derive that leaves the handle above it
+    /// gives its session's back once the [`Derived`] is built: the
+    /// `Derived` keeps what it borrows until it is dropped, and the next
+    /// derive of that session decodes them again. 0 keeps none; memory
+    /// then holds only what callers hold.
+    ///
+    /// [`Derived`]: crate::store::Derived
+    pub max_decoded_images: u64,
     /// Also enforce the strict invariants on append.
     pub strict: bool,
     /// Sessions a handle keeps loaded at once (default 512). Past it, the
@@ -106,6 +119,7 @@ impl Default for Options {
             journal: false,
             journal_file_size: 32 << 20,
             compress_sealed: false,
+            max_decoded_images: 256 << 20,
             strict: false,
             max_open_sessions: 512,
             close_interrupted_turns: true,

@@ -12,6 +12,7 @@ use crate::header::SessionHeader;
 use crate::segment::{self, ScanOptions, SegmentIdent};
 use crate::session::SessionState;
 use crate::surface::Surface;
+use std::sync::atomic::Ordering;
 
 /// Derived messages, borrowing from the mapped segments.
 pub struct Derived {
@@ -176,6 +177,12 @@ impl Store {
         self.with_session(id, |s| {
             self.materialise(s)?;
             self.verify_covered(s)?;
+            // Decoded here, where a damaged image is an error naming it, not
+            // a message found missing (an earlier derive may have given the
+            // decoded images back). New nodes are read below, by the update.
+            if s.refetch || s.derive.needs_rebuild(s.state.surface()) {
+                s.fetch_nodes()?;
+            }
             let snapshot = s.snapshot();
             let Session { derive, state, .. } = &mut *s;
             derive
@@ -184,10 +191,17 @@ impl Store {
                     session: id.to_owned(),
                     source,
                 })?;
-            Ok(Derived {
+            let derived = Derived {
                 snapshot,
                 cache: s.derive.clone(),
-            })
+            };
+            // Memory stays bounded: past the budget the session keeps none
+            // (the snapshot keeps what the `Derived` borrows).
+            let decoded = self.inner.decoded.load(Ordering::Relaxed);
+            if decoded > self.inner.options.max_decoded_images {
+                s.release_images();
+            }
+            Ok(derived)
         })
     }
 

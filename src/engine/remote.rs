@@ -18,6 +18,7 @@ use super::session::{Seg, Session};
 use crate::vfs::SegmentBytes;
 use std::ops::Deref;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Fetches the segment (durably, into the session directory) and maps it.
@@ -33,8 +34,10 @@ enum Source {
     Archive(FetchFn),
     /// A compressed image in the session directory: decoded into memory,
     /// so a copy that drops its decoded bytes can be made (see
-    /// [`Seg::released`]).
-    Image(DecodeFn),
+    /// [`Seg::released`]). The counter is the handle's bytes of decoded
+    /// images (`Inner::decoded`), kept true by [`Remote::get`] and the
+    /// drop of a decoded [`Remote`].
+    Image(DecodeFn, Arc<AtomicU64>),
 }
 
 /// One remote segment: its length, and its bytes once fetched.
@@ -52,9 +55,10 @@ impl Remote {
         Remote::with(len, Source::Archive(fetch))
     }
 
-    /// A segment stored as a compressed image, decoded by `decode`.
-    pub(crate) fn image(len: u64, decode: DecodeFn) -> Arc<Remote> {
-        Remote::with(len, Source::Image(decode))
+    /// A segment stored as a compressed image, decoded by `decode`; the
+    /// bytes it decodes are counted in `decoded` while they live.
+    pub(crate) fn image(len: u64, decode: DecodeFn, decoded: Arc<AtomicU64>) -> Arc<Remote> {
+        Remote::with(len, Source::Image(decode, decoded))
     }
 
     fn with(len: u64, source: Source) -> Arc<Remote> {
@@ -80,7 +84,11 @@ impl Remote {
         }
         let b = match &self.source {
             Source::Archive(fetch) => fetch()?,
-            Source::Image(decode) => decode()?,
+            Source::Image(decode, decoded) => {
+                let b = decode()?;
+                decoded.fetch_add(b.len() as u64, Ordering::Relaxed);
+                b
+            }
         };
         Ok(self.bytes.get_or_init(|| b))
     }
@@ -88,6 +96,14 @@ impl Remote {
     /// Whether the bytes were fetched.
     pub(crate) fn resident(&self) -> bool {
         self.bytes.get().is_some()
+    }
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        if let (Source::Image(_, decoded), Some(b)) = (&self.source, self.bytes.get()) {
+            decoded.fetch_sub(b.len() as u64, Ordering::Relaxed);
+        }
     }
 }
 
@@ -141,7 +157,7 @@ impl Seg {
     /// (0 for anything else).
     pub(super) fn decoded_bytes(&self) -> u64 {
         match &self.remote {
-            Some(r) if matches!(r.source, Source::Image(_)) && r.resident() => r.len,
+            Some(r) if matches!(r.source, Source::Image(..)) && r.resident() => r.len,
             _ => 0,
         }
     }
@@ -150,10 +166,10 @@ impl Seg {
     /// (its decode function shared), `None` for anything else.
     fn fresh_image(&self) -> Option<Seg> {
         let r = self.remote.as_ref()?;
-        let Source::Image(decode) = &r.source else {
+        let Source::Image(decode, decoded) = &r.source else {
             return None;
         };
-        let fresh = Remote::image(r.len, decode.clone());
+        let fresh = Remote::image(r.len, decode.clone(), decoded.clone());
         Some(Seg::remote(self.first_seq, self.path.clone(), fresh))
     }
 
@@ -187,9 +203,11 @@ impl Seg {
 
 impl Session {
     /// Fetches the remote segments holding the data of live surface nodes
-    /// (what derive reads in place). The node locations must be decoded.
-    pub(super) fn fetch_nodes(&self) -> Result<()> {
+    /// (what derive reads in place), and clears `refetch`. The node
+    /// locations must be decoded.
+    pub(super) fn fetch_nodes(&mut self) -> Result<()> {
         if !self.segs.iter().any(Seg::is_remote) {
+            self.refetch = false;
             return Ok(());
         }
         // The node locations keep shadowed nodes too: only the surface's
@@ -207,6 +225,7 @@ impl Session {
                 seg.fetch()?;
             }
         }
+        self.refetch = false;
         Ok(())
     }
 
@@ -232,6 +251,7 @@ impl Session {
         for seg in &mut self.segs {
             if let Some(fresh) = seg.released() {
                 *seg = fresh;
+                self.refetch = true;
             }
         }
     }

@@ -132,7 +132,7 @@ impl Store {
         Ok(Seg::remote(
             first_seq,
             path.to_owned(),
-            Remote::image(len, decode),
+            Remote::image(len, decode, self.inner.decoded.clone()),
         ))
     }
 

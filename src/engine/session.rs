@@ -115,6 +115,11 @@ pub(super) struct Session {
     pub(super) placeholder: bool,
     /// When the session was last used (the handle's clock), for eviction.
     pub(super) used: u64,
+    /// Some compressed image holding data of a live surface node may not
+    /// be decoded (set at load and when the decoded images are given back):
+    /// derive decodes them first ([`Session::fetch_nodes`]), where damage is
+    /// an error naming the image. Clear, derive skips that O(surface) walk.
+    pub(super) refetch: bool,
 }
 
 /// What a reader sees: the mapped segments and where the data lies.
