@@ -687,3 +687,28 @@ fn a_derive_after_its_images_were_given_back_checks_them_again() {
         ),
     }
 }
+
+/// A reader that loaded a session between segments (its last one sealed,
+/// no active one) sees the records of the next segment whatever became of
+/// that file: still raw, sealed, or compressed into an image.
+#[test]
+fn a_reader_between_segments_sees_the_next_one_once_it_is_compressed() {
+    let dir = fast_tempdir();
+    let writer = Store::open(dir.path(), options(false)).unwrap();
+    let log = turn_log(2, "s");
+    writer.create(SessionHeader::new("s", 0)).unwrap();
+    writer.append("s", &log[..3]).unwrap();
+    assert!(writer.seal("s").unwrap());
+    let reader = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(reader.read_from("s", 0).unwrap(), log[..3]);
+    writer.append("s", &log[3..]).unwrap();
+    assert!(writer.seal("s").unwrap());
+    let done = writer.compress_sealed("s").unwrap();
+    assert!(done.segments >= 1, "{done:?}");
+    // The segment from seq 3 on is an image now; no raw file of it is left.
+    let sdir = session_dir(dir.path(), "s");
+    assert_eq!(files(&sdir, ".segz").len(), 2, "{:?}", files(&sdir, ""));
+    assert!(files(&sdir, ".seg").is_empty(), "{:?}", files(&sdir, ""));
+    assert_eq!(reader.read_from("s", 0).unwrap(), log);
+    assert_eq!(reader.next_seq("s").unwrap(), log.len() as u64);
+}

@@ -559,7 +559,8 @@ impl Store {
     /// Brings a session this handle does not write up to date with its
     /// files: another handle may have appended, sealed a segment, or
     /// replaced or deleted the session since it was loaded. The common case,
-    /// nothing new, costs a `stat` and one positional read of 8 bytes.
+    /// nothing new, costs a `stat` and one positional read of 8 bytes (a
+    /// listing of the session directory when its last segment is sealed).
     fn refresh(&self, s: &mut Session) -> Result<()> {
         if s.lock.is_some() || s.unpublished {
             return Ok(()); // nobody else writes it
@@ -581,9 +582,23 @@ impl Store {
             }
         }
         let Some(end) = s.active_end else {
-            // No active segment: the writer may have started one since.
-            let next = s.dir.join(segment::segment_file_name(s.next_seq()));
-            if vfs.exists(&next) {
+            // No active segment: the writer may have started one since, and
+            // that file may be sealed, compressed (`.segz`) or evicted to
+            // the archive by now (behind a newer segment: the last one is
+            // never evicted). Any segment file from the next seq on means
+            // new records; only a listing finds all of those.
+            let next = s.next_seq();
+            let names = match vfs.read_dir(&s.dir) {
+                Ok(names) => names,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Error::NotFound(id));
+                }
+                Err(e) => return Err(io_at(&s.dir)(e)),
+            };
+            if super::segfiles::list(names, &s.dir)
+                .iter()
+                .any(|(first_seq, _)| *first_seq >= next)
+            {
                 return self.load_into(s, &id);
             }
             return Ok(());
