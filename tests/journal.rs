@@ -171,18 +171,41 @@ fn run_and_kill(dir: &Path) -> BTreeMap<String, usize> {
 /// writes that only the journal made durable, as a power loss may drop
 /// them.
 fn lose_unsynced_segment_writes(store_dir: &Path, id: &str) {
-    let dir = Store::session_dir_in(store_dir, id).unwrap();
-    let seg = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "seg"))
-        .unwrap_or_else(|| panic!("a segment in {}", dir.display()));
+    let seg = segment_file(store_dir, id);
     let mut bytes = std::fs::read(&seg).unwrap();
     let first_len = u32::from_le_bytes(bytes[64..68].try_into().unwrap()) as usize;
     let first_end = 64 + 12 + first_len;
     assert!(bytes.len() > first_end, "{id} has more than one record");
     bytes[first_end..].fill(0);
     std::fs::write(&seg, bytes).unwrap();
+}
+
+/// The (first) raw segment file of session `id`.
+fn segment_file(store_dir: &Path, id: &str) -> PathBuf {
+    let dir = Store::session_dir_in(store_dir, id).unwrap();
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "seg"))
+        .unwrap_or_else(|| panic!("a segment in {}", dir.display()))
+}
+
+/// A closed store (written with `opts`) whose session 0 got its first
+/// `n` batches, and an orphaned copy of the journal that holds them.
+fn journaled_session(
+    dir: &Path,
+    opts: Options,
+    n: usize,
+) -> (String, Vec<Vec<OwnedEvent>>, PathBuf) {
+    let a = Store::open(dir, opts).unwrap();
+    let (id, batches) = plan(0);
+    a.create(SessionHeader::new(&id, 0)).unwrap();
+    for b in &batches[..n] {
+        a.append(&id, b).unwrap();
+    }
+    let copy = orphan_copy(dir, "0000000000000abc");
+    a.close().unwrap();
+    (id, batches, copy)
 }
 
 fn check_acked(store: &Store, acked: &BTreeMap<String, usize>, context: &str) {
@@ -500,5 +523,122 @@ fn copy_dir(from: &Path, to: &Path) {
         } else {
             std::fs::copy(e.path(), dest).unwrap();
         }
+    }
+}
+
+/// A journal entry whose checksums hold but whose offset lies past the end
+/// of its segment (crafted: a real one starts at or before it, as entries
+/// are written back in segment order) is corruption naming the session,
+/// the segment and the offset: never a panic, an allocation the size of
+/// the offset, or a record written after a gap of zeros that every scan
+/// stops at.
+#[test]
+fn a_journal_entry_past_the_end_of_its_segment_is_refused() {
+    let dir = fast_tempdir();
+    let (id, batches, copy) = journaled_session(dir.path(), options(), 2);
+    let original = std::fs::read(&copy).unwrap();
+    let seg = segment_file(dir.path(), &id);
+    let seg_len = std::fs::metadata(&seg).unwrap().len();
+    for offset in [u64::MAX - 4, 1 << 40, seg_len + 4096] {
+        let scanned = sessionlog::journal::scan(&original).unwrap();
+        let last = *scanned.entries.iter().rfind(|e| e.session == id).unwrap();
+        let crafted = sessionlog::journal::Entry { offset, ..last };
+        let mut bytes = original[..sessionlog::journal::HEADER_LEN].to_vec();
+        crafted.encode(&mut bytes);
+        bytes.resize(original.len(), 0);
+        std::fs::write(&copy, &bytes).unwrap();
+        // The open's best-effort replay keeps the file it cannot replay.
+        let b = Store::open(dir.path(), Options::default()).unwrap();
+        assert!(
+            copy.exists(),
+            "offset {offset}: the refused journal is kept"
+        );
+        match b.append(&id, &batches[2]) {
+            Err(sessionlog::store::Error::Corrupt {
+                session,
+                segment,
+                offset: at,
+                reason,
+            }) => {
+                assert_eq!(session, id);
+                assert_eq!(segment, seg);
+                assert_eq!(at, offset);
+                assert!(reason.contains("past the end of the segment"), "{reason}");
+            }
+            other => panic!("offset {offset}: expected Corrupt, got {other:?}"),
+        }
+        assert_eq!(b.read_from(&id, 0).unwrap(), batches[..2].concat());
+        assert_eq!(std::fs::metadata(&seg).unwrap().len(), seg_len);
+        b.close().unwrap();
+    }
+}
+
+/// A handle's records can lie in several journal files, whose names are
+/// random numbers: replay writes a session's entries back in segment
+/// order across all of them, so a segment whose lost writes took its
+/// length with them (no preallocation) gets every record back, whichever
+/// file the directory lists first.
+#[test]
+fn entries_split_across_journal_files_are_written_back_in_segment_order() {
+    use sessionlog::journal::{Entry, HEADER_LEN, JournalHeader, scan};
+    for later_in_first in [true, false] {
+        let dir = fast_tempdir();
+        let opts = Options {
+            preallocate: 0,
+            ..options()
+        };
+        let (id, batches, copy) = journaled_session(dir.path(), opts, 6);
+        let original = std::fs::read(&copy).unwrap();
+        std::fs::remove_file(&copy).unwrap();
+        let scanned = scan(&original).unwrap();
+        let mine: Vec<Entry<'_>> = scanned
+            .entries
+            .iter()
+            .copied()
+            .filter(|e| e.session == id)
+            .collect();
+        assert!(mine.len() >= 4, "{} entries", mine.len());
+        // Lose every segment write after the first batch, length included.
+        let seg = segment_file(dir.path(), &id);
+        let keep = mine[1].offset;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&seg)
+            .unwrap()
+            .set_len(keep)
+            .unwrap();
+        // The entries from the second batch on, split in two files.
+        let (early, late) = mine[1..].split_at(mine.len() / 2);
+        let halves = if later_in_first {
+            [late, early]
+        } else {
+            [early, late]
+        };
+        for (number, half) in [0x1001u64, 0x1002].into_iter().zip(halves) {
+            let mut bytes = JournalHeader {
+                number,
+                store_id: scanned.header.store_id,
+            }
+            .encode()
+            .to_vec();
+            for e in half {
+                e.encode(&mut bytes);
+            }
+            bytes.resize(original.len().max(bytes.len() + HEADER_LEN), 0);
+            let name = format!("{number:016x}.wal");
+            std::fs::write(dir.path().join("journal").join(name), bytes).unwrap();
+        }
+        let b = Store::open(dir.path(), Options::default()).unwrap();
+        assert_eq!(
+            b.read_from(&id, 0).unwrap(),
+            batches[..6].concat(),
+            "later half first: {later_in_first}"
+        );
+        let left: Vec<_> = journal_files(dir.path())
+            .into_iter()
+            .filter(|n| n.starts_with("00000000000010"))
+            .collect();
+        assert!(left.is_empty(), "replayed files are removed: {left:?}");
+        b.close().unwrap();
     }
 }

@@ -25,7 +25,7 @@ use super::registry::SessionEntry;
 use crate::journal::{self, Entry};
 use crate::segment;
 use crate::vfs::VfsFile;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -113,12 +113,16 @@ impl Store {
     /// writes into its segments every record orphaned journals hold for it.
     /// Returns how many records were written.
     pub(super) fn replay_journals_for(&self, e: &SessionEntry) -> Result<u64> {
-        let mut written = 0;
+        let mut orphans = Vec::new();
         for (number, path) in self.journal_files()? {
-            let Some(orphan) = self.open_orphan(number, &path, false)? else {
-                continue;
-            };
-            let scanned = self.scan_orphan(&orphan).map_err(|err| match err {
+            if let Some(orphan) = self.open_orphan(number, &path, false)? {
+                orphans.push(orphan);
+            }
+        }
+        let mut mine: Vec<&Entry<'_>> = Vec::new();
+        let mut scans = Vec::with_capacity(orphans.len());
+        for orphan in &orphans {
+            let scanned = self.scan_orphan(orphan).map_err(|err| match err {
                 // Refused for the session being taken: its entries may be
                 // in the damaged file.
                 Error::Corrupt {
@@ -134,16 +138,15 @@ impl Store {
                 },
                 other => other,
             })?;
-            let Some(scanned) = scanned else {
-                continue;
-            };
-            let mine: Vec<&Entry<'_>> = scanned
-                .iter()
-                .filter(|en| en.session == e.header.id)
-                .collect();
-            written += self.replay_entries(&e.header.id, &e.dir, &mine)?;
+            scans.extend(scanned);
         }
-        Ok(written)
+        for scanned in &scans {
+            mine.extend(scanned.iter().filter(|en| en.session == e.header.id));
+        }
+        // In segment order across files (their names are random numbers):
+        // each record is then written after those before it.
+        mine.sort_by_key(|en| (en.segment, en.offset));
+        self.replay_entries(&e.header.id, &e.dir, &mine)
     }
 
     /// At a writable open: replays every orphaned journal for the sessions
@@ -156,40 +159,53 @@ impl Store {
         let (Some(locks), Ok(files)) = (self.inner.locks.clone(), self.journal_files()) else {
             return;
         };
-        for (number, path) in files {
-            let Ok(Some(orphan)) = self.open_orphan(number, &path, true) else {
-                continue;
-            };
+        // Held (with their replay locks) until the end.
+        let held: Vec<Orphan> = files
+            .into_iter()
+            .filter_map(|(number, path)| self.open_orphan(number, &path, true).ok().flatten())
+            .collect();
+        let mut orphans = Vec::new();
+        for orphan in &held {
             // A damaged file is left for the sessions' writers, which
             // refuse it (so the damage is reported with the session taken,
             // not by failing every open of the store).
-            let Ok(scanned) = self.scan_orphan(&orphan) else {
-                continue;
-            };
-            let Some(entries) = scanned else {
+            match self.scan_orphan(orphan) {
+                Ok(Some(entries)) => orphans.push((&orphan.path, entries)),
                 // Never used (its header incomplete, nothing after it).
-                let _ = self.inner.vfs.remove_file(&orphan.path);
-                continue;
-            };
-            let mut by_session: BTreeMap<&str, Vec<&Entry<'_>>> = BTreeMap::new();
-            for en in &entries {
+                Ok(None) => {
+                    let _ = self.inner.vfs.remove_file(&orphan.path);
+                }
+                Err(_) => {}
+            }
+        }
+        // Each session's entries across all files, in segment order (the
+        // files' names are random numbers): a record is written after the
+        // ones before it.
+        let mut by_session: BTreeMap<&str, Vec<&Entry<'_>>> = BTreeMap::new();
+        for (_, entries) in &orphans {
+            for en in entries {
                 by_session.entry(en.session).or_default().push(en);
             }
-            let mut complete = true;
-            for (id, list) in by_session {
-                let Ok(Some(_held)) = locks.try_lock(id) else {
-                    complete = false;
-                    continue;
-                };
-                // A session that cannot be replayed now (damage, I/O) keeps
-                // the file; its next writer replays it and reports why not.
-                let replayed = self
-                    .entry(id)
-                    .and_then(|e| e.map_or(Ok(0), |e| self.replay_entries(id, &e.dir, &list)));
-                complete &= replayed.is_ok();
+        }
+        let mut incomplete: HashSet<&str> = HashSet::new();
+        for (id, mut list) in by_session {
+            let Ok(Some(_held)) = locks.try_lock(id) else {
+                incomplete.insert(id);
+                continue;
+            };
+            list.sort_by_key(|en| (en.segment, en.offset));
+            // A session that cannot be replayed now (damage, I/O) keeps its
+            // files; its next writer replays them and reports why not.
+            let replayed = self
+                .entry(id)
+                .and_then(|e| e.map_or(Ok(0), |e| self.replay_entries(id, &e.dir, &list)));
+            if replayed.is_err() {
+                incomplete.insert(id);
             }
-            if complete {
-                let _ = self.inner.vfs.remove_file(&orphan.path);
+        }
+        for (path, entries) in &orphans {
+            if !entries.iter().any(|en| incomplete.contains(en.session)) {
+                let _ = self.inner.vfs.remove_file(path);
             }
         }
     }
@@ -275,8 +291,28 @@ impl Store {
                 if ident.store_id != self.inner.store_id || ident.session_uid != en.uid {
                     continue; // a stale entry of a session since replaced
                 }
-                let at = en.offset as usize;
-                let end = at + en.record.len();
+                // An entry starts inside its segment or right at its end (a
+                // lost write after the last record on disk; entries come in
+                // segment order, and those of a handle's files are sorted
+                // across them). One past the end would leave
+                // a gap of zeros that every scan stops at, hiding the
+                // record; a crafted offset must not overflow or allocate.
+                let at = usize::try_from(en.offset)
+                    .ok()
+                    .filter(|at| *at <= bytes.len());
+                let Some((at, end)) =
+                    at.and_then(|at| Some((at, at.checked_add(en.record.len())?)))
+                else {
+                    return Err(Error::Corrupt {
+                        session: id.to_owned(),
+                        segment: path.clone(),
+                        offset: en.offset,
+                        reason: format!(
+                            "the journal puts an acknowledged record past the end of the segment ({} bytes)",
+                            bytes.len()
+                        ),
+                    });
+                };
                 if bytes.get(at..end) == Some(en.record) {
                     continue;
                 }
