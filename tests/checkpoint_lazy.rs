@@ -209,3 +209,67 @@ fn an_open_turn_under_a_lazy_checkpoint_is_closed_once() {
         store.close().unwrap();
     }
 }
+
+/// A checkpoint whose checksums hold but whose derive cache points past
+/// its messages' data (written by a wrong or hostile writer) is found at
+/// the first derive: the session is rebuilt from the log, with the reason
+/// reported, and derive answers as before; never a panic inside
+/// `Derived::messages`.
+#[test]
+fn a_checksummed_derive_cache_that_does_not_fit_the_log_rebuilds() {
+    use serde_json::value::RawValue;
+    use sessionlog::derive::DeriveCache;
+    use sessionlog::surface::EventSource;
+    /// Every node's data with a 70-byte member first: the cache built from
+    /// it has ranges past the end of the data really stored.
+    struct Padded(Vec<Box<RawValue>>);
+    impl EventSource for Padded {
+        fn data(&self, seq: u64) -> Option<&RawValue> {
+            self.0.get(seq as usize).map(|b| &**b)
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let events = log(12, false);
+    let path = build(dir.path(), &events);
+    let expected: Vec<String> = {
+        let store = Store::open_read_only(dir.path()).unwrap();
+        let d = store.derive("s").unwrap();
+        d.messages().map(|m| m.to_json()).collect()
+    };
+    assert!(!expected.is_empty());
+    let mut body = checkpoint::decode(&std::fs::read(&path).unwrap()).unwrap();
+    let padded = Padded(
+        events
+            .iter()
+            .map(|e| {
+                let d = e.data.get();
+                let longer = match d.strip_prefix('{') {
+                    Some(rest) if rest.trim_start() != "}" => {
+                        format!("{{\"_\":\"{}\",{rest}", "x".repeat(64))
+                    }
+                    _ => d.to_owned(),
+                };
+                RawValue::from_string(longer).unwrap()
+            })
+            .collect(),
+    );
+    let mut cache = DeriveCache::default();
+    cache.update(body.state.surface(), &padded).unwrap();
+    assert_eq!(cache.len(), expected.len());
+    assert!(cache.check(body.state.surface(), &events).is_err());
+    body.derive = cache;
+    std::fs::write(&path, checkpoint::encode(&body)).unwrap();
+
+    let store = Store::open_read_only(dir.path()).unwrap();
+    let got: Vec<String> = store
+        .derive("s")
+        .unwrap()
+        .messages()
+        .map(|m| m.to_json())
+        .collect();
+    assert_eq!(got, expected);
+    let rec = store.recovery("s").unwrap();
+    assert!(!rec.used_checkpoint, "{rec:?}");
+    let reason = rec.rebuild_reason.unwrap_or_default();
+    assert!(reason.contains("derive cache does not fit"), "{reason}");
+}

@@ -596,6 +596,13 @@ impl Store {
             return Ok(());
         };
         drop(ck);
+        self.rebuild_without_checkpoint(s, why)
+    }
+
+    /// Replaces loaded session `s` by a load of its log that ignores the
+    /// checkpoint, found wrong for reason `why` ([`Store::recovery`]
+    /// reports it).
+    fn rebuild_without_checkpoint(&self, s: &mut Session, why: String) -> Result<()> {
         let id = s.header.id.clone();
         // The rebuild replaces the session whole (its writer too, under the
         // same writer lock); the old one never appended anything after its
@@ -666,6 +673,15 @@ impl Store {
             }
         }
         s.unverified = None;
+        // The derive cache came with the checkpoint too: derive lends out
+        // slices of the data its entries point into.
+        let snapshot = s.snapshot();
+        if let Err(e) = s.derive.check(s.state.surface(), &snapshot) {
+            drop(snapshot);
+            let why =
+                format!("checkpoint is inconsistent: its derive cache does not fit the log ({e})");
+            return self.rebuild_without_checkpoint(s, why);
+        }
         Ok(())
     }
 }

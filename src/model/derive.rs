@@ -299,6 +299,33 @@ impl DeriveCache {
             || self.last_node.is_some_and(|n| !surface.contains(n))
     }
 
+    /// Checks a cache that was not built here (decoded from a checkpoint)
+    /// against `surface` and `source`: every entry names a node of the
+    /// surface, in surface order, up to `last_node`, and its pieces fit
+    /// that node's data, so [`DeriveCache::messages`] yields no
+    /// [`MissingEvent`]. A checksum proves the bytes are the ones written,
+    /// not that the writer was right; a crafted one must not reach a
+    /// reader. O(surface); `Err` names the first entry that does not fit.
+    pub fn check(&self, surface: &Surface, source: &dyn EventSource) -> Result<(), MissingEvent> {
+        let mut cursor = surface.head();
+        let mut passed_last = self.last_node.is_none();
+        for e in &self.entries {
+            let missing = || MissingEvent { seq: e.seq };
+            // Walk to the entry's node; never past `last_node`.
+            loop {
+                let seq = cursor.filter(|_| !passed_last).ok_or_else(missing)?;
+                cursor = surface.next(seq);
+                passed_last = Some(seq) == self.last_node;
+                if seq == e.seq {
+                    break;
+                }
+            }
+            let data = source.data(e.seq).ok_or_else(missing)?;
+            materialise(data.get(), &e.shape).ok_or_else(missing)?;
+        }
+        Ok(())
+    }
+
     /// Number of cached messages.
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -428,5 +455,33 @@ mod tests {
         assert_eq!(cache.message_seqs().collect::<Vec<_>>(), vec![3, 2]);
         let msgs: Vec<String> = cache.messages(&log).map(|m| m.unwrap().to_json()).collect();
         assert_eq!(msgs, vec![r#"{"n":3}"#, r#"{"n":2}"#]);
+    }
+
+    #[test]
+    fn check_refuses_a_cache_that_does_not_fit_its_surface_or_data() {
+        let log = vec![
+            ev(r#"{"type":"user/message","seq":0,"time":0,"data":{"n":0},"surfaceOp":"append"}"#),
+            ev(r#"{"type":"user/message","seq":1,"time":0,"data":{"n":10},"surfaceOp":"append"}"#),
+            ev(r#"{"type":"user/message","seq":2,"time":0,"data":{"n":2},"surfaceOp":"append"}"#),
+        ];
+        let surface = surface_of(&log);
+        let mut cache = DeriveCache::default();
+        cache.update(&surface, &log).unwrap();
+        assert_eq!(cache.check(&surface, &log), Ok(()));
+        // A surface without the last node, or in another order.
+        let shorter = surface_of(&log[..2].to_vec());
+        assert_eq!(cache.check(&shorter, &log), Err(MissingEvent { seq: 2 }));
+        let mut swapped = cache.clone();
+        swapped.entries.swap(0, 1);
+        assert_eq!(swapped.check(&surface, &log), Err(MissingEvent { seq: 0 }));
+        // An entry past `last_node`.
+        let mut past = cache.clone();
+        past.last_node = Some(1);
+        assert_eq!(past.check(&surface, &log), Err(MissingEvent { seq: 2 }));
+        // Data shorter than the cached range.
+        let mut other = log.clone();
+        other[1] =
+            ev(r#"{"type":"user/message","seq":1,"time":0,"data":{"n":1},"surfaceOp":"append"}"#);
+        assert_eq!(cache.check(&surface, &other), Err(MissingEvent { seq: 1 }));
     }
 }
