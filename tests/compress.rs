@@ -712,3 +712,44 @@ fn a_reader_between_segments_sees_the_next_one_once_it_is_compressed() {
     assert_eq!(reader.read_from("s", 0).unwrap(), log);
     assert_eq!(reader.next_seq("s").unwrap(), log.len() as u64);
 }
+
+/// The budget holds for every call that decodes images, not only derive:
+/// a fork (which checks the parent's sealed segments) and a rebuild from
+/// the log (a checkpoint found wrong) leave nothing decoded past it.
+#[test]
+fn calls_other_than_derive_keep_no_image_past_the_budget() {
+    let dir = fast_tempdir();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    let log = write(&store, "s", 60);
+    assert!(store.compress_sealed("s").unwrap().segments >= 3);
+    store.close().unwrap();
+    let none = || {
+        Store::open(
+            dir.path(),
+            Options {
+                max_decoded_images: 0,
+                ..options(false)
+            },
+        )
+        .unwrap()
+    };
+    let store = none();
+    store
+        .fork("s", log.len() as u64, SessionHeader::new("child", 0))
+        .unwrap();
+    assert_eq!(store.stats("s").unwrap().decoded_bytes, 0);
+    assert_eq!(store.load("child").unwrap().1.len(), log.len() + 1);
+    store.close().unwrap();
+    // A rebuild: the checkpoint's STATE damaged, found by `surface`.
+    let ck = session_dir(dir.path(), "s").join("CHECKPOINT");
+    let mut bytes = std::fs::read(&ck).unwrap();
+    let state = sessionlog::checkpoint::sections(&bytes).unwrap()
+        [sessionlog::checkpoint::Section::State as usize]
+        .clone();
+    bytes[state.start + state.len() / 2] ^= 0x40;
+    std::fs::write(&ck, bytes).unwrap();
+    let store = none();
+    store.surface("s").unwrap();
+    assert!(store.recovery("s").unwrap().rebuild_reason.is_some());
+    assert_eq!(store.stats("s").unwrap().decoded_bytes, 0);
+}

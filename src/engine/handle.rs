@@ -494,7 +494,20 @@ impl Store {
             return Err(e);
         }
         s.used = self.inner.clock.fetch_add(1, Ordering::Relaxed);
-        f(&mut s)
+        let out = f(&mut s);
+        self.within_image_budget(&mut s);
+        out
+    }
+
+    /// Memory stays bounded whatever a call on session `s` decoded (a
+    /// derive, a rebuild, a fork's footer checks, a checkpoint's derive
+    /// cache): past `max_decoded_images` the session gives its decoded
+    /// images back, and whatever borrows them (a `Derived`) keeps its own
+    /// clones. Every call that may decode images ends with this.
+    pub(super) fn within_image_budget(&self, s: &mut Session) {
+        if self.inner.decoded.load(Ordering::Relaxed) > self.inner.options.max_decoded_images {
+            s.release_images();
+        }
     }
 
     /// The map entry of session `id`, added (as a placeholder, loaded by the
@@ -671,7 +684,10 @@ impl Store {
         for session in sessions {
             let mut s = session.lock().expect("session lock");
             if s.since_checkpoint > 0 && !s.poisoned && s.lock.is_some() {
+                // A complete checkpoint brings the derive cache up to date,
+                // which decodes the images holding its messages.
                 self.write_checkpoint(&mut s, true)?;
+                self.within_image_budget(&mut s);
             }
         }
         Ok(())

@@ -79,9 +79,10 @@ pub struct Options {
     /// it decodes the images holding the messages it reads; while the
     /// handle's decoded images (kept by sessions, and held by [`Derived`]
     /// values and reads in progress) stay within this, the session keeps
-    /// them for its next derive. A derive that leaves the handle above it
-    /// gives its session's back once the [`Derived`] is built: the
-    /// `Derived` keeps what it borrows until it is dropped, and the next
+    /// them for its next derive. Any call on a session that leaves the
+    /// handle above it (a derive, a rebuild, a fork, a flush writing a
+    /// checkpoint) gives that session's back before it returns: a
+    /// [`Derived`] keeps what it borrows until it is dropped, and the next
     /// derive of that session decodes them again. 0 keeps none; memory
     /// then holds only what callers hold.
     ///

@@ -120,6 +120,7 @@ impl Store {
                 .map(|e| (e.kind == "session/end-seed", e.time)),
             None => None,
         };
+        self.within_image_budget(&mut p);
         drop(p);
         let (ends_with_seed_marker, seed_time) = last_of_seed.unwrap_or((false, 0));
         if !ends_with_seed_marker {

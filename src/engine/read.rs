@@ -12,7 +12,6 @@ use crate::header::SessionHeader;
 use crate::segment::{self, ScanOptions, SegmentIdent};
 use crate::session::SessionState;
 use crate::surface::Surface;
-use std::sync::atomic::Ordering;
 
 /// Derived messages, borrowing from the mapped segments.
 pub struct Derived {
@@ -191,17 +190,13 @@ impl Store {
                     session: id.to_owned(),
                     source,
                 })?;
-            let derived = Derived {
+            // (Past `max_decoded_images`, `with_session` gives the
+            // session's decoded images back; the snapshot keeps what the
+            // `Derived` borrows.)
+            Ok(Derived {
                 snapshot,
                 cache: s.derive.clone(),
-            };
-            // Memory stays bounded: past the budget the session keeps none
-            // (the snapshot keeps what the `Derived` borrows).
-            let decoded = self.inner.decoded.load(Ordering::Relaxed);
-            if decoded > self.inner.options.max_decoded_images {
-                s.release_images();
-            }
-            Ok(derived)
+            })
         })
     }
 
