@@ -24,7 +24,9 @@
 //!   unless a damaged journal is reported, which `salvage_journals` then
 //!   clears;
 //! - the open deletes nothing but the files replay accounts for (an
-//!   intact orphaned journal) and rewrites nothing but checkpoints.
+//!   intact orphaned journal) and rewrites nothing but checkpoints;
+//! - a `CHECKPOINT` still damaged after the open is reported by `verify`
+//!   (the log reads whole without it, but its damage is never hidden).
 
 use sessionlog::event::OwnedEvent;
 use sessionlog::header::SessionHeader;
@@ -56,7 +58,13 @@ struct Seen {
 fn seen(store: &Store, id: &str) -> Result<Seen, Error> {
     let events = store.read_from(id, 0)?;
     let messages = store.derive(id)?.messages().map(|m| m.to_json()).collect();
-    store.verify(id)?;
+    match store.verify(id) {
+        Ok(_) => {}
+        // A damaged CHECKPOINT is reported while the log reads whole without
+        // it (`check` makes sure it is reported).
+        Err(Error::Corrupt { segment, .. }) if segment.ends_with("CHECKPOINT") => {}
+        Err(e) => return Err(e),
+    }
     Ok(Seen { events, messages })
 }
 
@@ -222,6 +230,22 @@ fn check(
                 readable.push(id);
             }
             Err(e) => assert!(names_a_file(&e, dir), "{what}: {id}: {e}"),
+        }
+        // A CHECKPOINT still damaged after the open is reported by verify
+        // (it is a cache the log rebuilds, but its damage is never hidden).
+        let ck = Store::session_dir_in(dir, id).unwrap().join("CHECKPOINT");
+        let damaged = std::fs::read(&ck).ok().is_some_and(|b| {
+            matches!(
+                sessionlog::checkpoint::decode(&b),
+                Err(e) if !matches!(e, sessionlog::checkpoint::CheckpointError::UnsupportedVersion { .. })
+            )
+        });
+        if damaged && listed.contains(id) {
+            match store.verify(id) {
+                Err(Error::Corrupt { segment, .. }) if segment == ck => {}
+                Err(e) => assert!(names_a_file(&e, dir), "{what}: {id}: {e}"),
+                Ok(_) => panic!("{what}: {id}: verify passed over a damaged CHECKPOINT"),
+            }
         }
     }
     // Nothing deleted but an intact orphan journal; nothing rewritten but
