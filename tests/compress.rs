@@ -364,36 +364,49 @@ fn a_damaged_image_is_an_error_naming_it() {
     assert_eq!(cut.seq, 0);
 }
 
+/// A half-written image a killed compressor left is removed by the next
+/// writer of its session, with or without `Options::compress_sealed` (a
+/// killed `sessionlog compress` opens no background compressor, and its
+/// temporaries held tens of MiB each that nothing removed).
 #[test]
 fn a_stale_temporary_of_a_dead_compressor_is_swept() {
-    let dir = fast_tempdir();
-    let store = Store::open(dir.path(), options(false)).unwrap();
-    write(&store, "s", 40);
-    store.close().unwrap();
-    let sdir = session_dir(dir.path(), "s");
-    // pid 2^22 + 1 is above the kernel's pid limit: never a live process.
-    let stale = sdir.join(".00000000000000000000.segz.4194305-0.compress.tmp");
-    let fresh = sdir.join(".00000000000000000000.segz.4194305-1.compress.tmp");
-    for p in [&stale, &fresh] {
-        std::fs::write(p, b"partial image").unwrap();
+    for background in [true, false] {
+        let dir = fast_tempdir();
+        let store = Store::open(dir.path(), options(false)).unwrap();
+        write(&store, "s", 40);
+        store.close().unwrap();
+        let sdir = session_dir(dir.path(), "s");
+        // pid 2^22 + 1 is above the kernel's pid limit: never a live process.
+        let stale = sdir.join(".00000000000000000000.segz.4194305-0.compress.tmp");
+        let fresh = sdir.join(".00000000000000000000.segz.4194305-1.compress.tmp");
+        for p in [&stale, &fresh] {
+            std::fs::write(p, b"partial image").unwrap();
+        }
+        let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&stale)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let store = Store::open(dir.path(), options(background)).unwrap();
+        if background {
+            store
+                .append("s", &common::next_turn(&store.load("s").unwrap().1))
+                .unwrap();
+            wait_idle(&store);
+        } else {
+            store.compress_sealed("s").unwrap();
+        }
+        assert!(
+            !stale.exists(),
+            "background {background}: a dead process's old temporary is removed"
+        );
+        assert!(
+            fresh.exists(),
+            "background {background}: a recent one may be a live writer's elsewhere"
+        );
     }
-    let old = std::time::SystemTime::now() - Duration::from_secs(3600);
-    std::fs::File::options()
-        .write(true)
-        .open(&stale)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
-    let store = Store::open(dir.path(), options(true)).unwrap();
-    store
-        .append("s", &common::next_turn(&store.load("s").unwrap().1))
-        .unwrap();
-    wait_idle(&store);
-    assert!(!stale.exists(), "a dead process's old temporary is removed");
-    assert!(
-        fresh.exists(),
-        "a recent one may be a live writer's elsewhere"
-    );
 }
 
 #[test]

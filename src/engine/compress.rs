@@ -401,9 +401,8 @@ impl Store {
 
     /// Queues the raw sealed segments of `s` (which this handle writes) for
     /// the background thread, if there is one: all of them (`None`, when
-    /// this handle starts writing the session; temporaries a killed
-    /// compressor left are swept then), or the one starting at `first_seq`
-    /// (just sealed).
+    /// this handle starts writing the session), or the one starting at
+    /// `first_seq` (just sealed).
     pub(super) fn queue_compression(&self, s: &Session, first_seq: Option<u64>) {
         let Some(c) = &self.inner.compressor else {
             return;
@@ -413,9 +412,6 @@ impl Store {
         let live = self.session_dir(&s.header.id).is_ok_and(|d| d == s.dir);
         if s.unpublished || s.staged || !live {
             return;
-        }
-        if first_seq.is_none() {
-            super::tmpfile::sweep(&*self.inner.vfs, &s.dir, super::tmpfile::COMPRESS);
         }
         for ident in s.raw_sealed(self.inner.store_id) {
             if first_seq.is_none_or(|f| f == ident.first_seq) {

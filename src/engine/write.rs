@@ -134,6 +134,10 @@ impl Store {
         fresh.lock = s.lock.take();
         fresh.used = s.used;
         *s = fresh;
+        // Images a killed compressor left half written, whatever this
+        // handle's options (a `compress` killed mid-write is swept by any
+        // later writer, not only by one that compresses in the background).
+        super::tmpfile::sweep(&*self.inner.vfs, &s.dir, super::tmpfile::COMPRESS);
         self.queue_compression(s, None);
         // Recorded first: deciding the closers may rebuild the session from
         // the log (a checkpoint found wrong), which records its own reason.
