@@ -50,6 +50,19 @@ pub(super) fn split_batches<'a, 'e>(
     })
 }
 
+/// How one try of a fork failed.
+enum Fork {
+    /// The parent was replaced while its segments were linked: try again.
+    ParentReplaced(Error),
+    Failed(Error),
+}
+
+impl From<Error> for Fork {
+    fn from(e: Error) -> Fork {
+        Fork::Failed(e)
+    }
+}
+
 impl Store {
     /// Forks `source` at `at` events into a new session `child`: the child
     /// header names `parentSession` and `seedLength`, and `session/end-seed`
@@ -61,7 +74,30 @@ impl Store {
     /// built in staging and published only once it is complete and durable:
     /// a crash before leaves a staged directory that the next writable open
     /// discards.
+    ///
+    /// A parent that another handle replaces (`import` with `replace`)
+    /// while the fork links its segments is forked again, from what it is
+    /// then: the child holds either incarnation whole, never a mix.
     pub fn fork(&self, source: &str, at: u64, child: SessionHeader) -> Result<()> {
+        let mut tries = 0;
+        loop {
+            match self.fork_once(source, at, child.clone()) {
+                Err(Fork::ParentReplaced(e)) if tries < 3 => {
+                    tries += 1;
+                    drop(e);
+                }
+                Err(Fork::ParentReplaced(e) | Fork::Failed(e)) => return Err(e),
+                Ok(()) => return Ok(()),
+            }
+        }
+    }
+
+    fn fork_once(
+        &self,
+        source: &str,
+        at: u64,
+        child: SessionHeader,
+    ) -> std::result::Result<(), Fork> {
         self.writable()?;
         let mut header = child;
         let id = header.id.clone();
@@ -73,17 +109,21 @@ impl Store {
                 .expect("pending lock")
                 .contains_key(&id)
         {
-            return Err(Error::Exists(id));
+            return Err(Error::Exists(id).into());
         }
         self.session_dir(&id)?; // a usable id
+        // Loaded, or brought up to date with its files (another handle may
+        // have appended to it or replaced it since this one loaded it).
+        self.with_session(source, |_| Ok(()))?;
         let parent = self.slot(source)?;
         let mut p = parent.lock().expect("session lock");
         if p.placeholder {
+            // Evicted in between: loaded again.
             drop(p);
-            // Load it (the closure has nothing else to do).
             self.with_session(source, |_| Ok(()))?;
             p = parent.lock().expect("session lock");
         }
+        let (parent_dir, parent_ino) = (p.dir.clone(), p.dir_ino);
         let at = at.min(p.next_seq());
         header.parent_session = Some(source.to_owned());
         header.seed_length = Some(at);
@@ -146,6 +186,21 @@ impl Store {
             Ok(())
         };
         self.build_and_publish(header, &rest, prepare, Publish::New, &mut |_| {})
+            .map_err(|e| {
+                // The links took another incarnation's files than the one
+                // read (their identity check in staging failed): retried.
+                let replaced = !shared.is_empty()
+                    && self
+                        .inner
+                        .vfs
+                        .metadata(&parent_dir)
+                        .map_or(true, |m| m.ino != parent_ino);
+                if replaced {
+                    Fork::ParentReplaced(e)
+                } else {
+                    Fork::Failed(e)
+                }
+            })
     }
 
     /// Imports a whole session atomically: `events` (from seq 0) are folded
