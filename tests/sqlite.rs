@@ -588,3 +588,54 @@ fn export_refuses_ignorable_events_and_creates_nothing_for_them() {
     assert!(!out.exists());
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
 }
+
+/// Header fields schema 4 has no column for are refused as `ignorable` is,
+/// naming the session and each field: never dropped without a word.
+#[test]
+fn export_refuses_header_fields_schema_4_has_no_column_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open_store(&tmp.path().join("store"));
+    let mut header = SessionHeader::new("child", 5);
+    header.cwd = Some("/w".into());
+    header.parent_session = Some("p".into());
+    header.origin = Some("subagent".into());
+    header.delegation_depth = 1;
+    header.agent_preset = Some("minimal".into());
+    store.create(header).unwrap();
+    store.append("child", &good_events()).unwrap();
+    // A header the columns hold whole exports.
+    store.create(SessionHeader::new("keep", 5)).unwrap();
+    store.append("keep", &good_events()).unwrap();
+    let out = tmp.path().join("child.db");
+    let err = export_db(&store, &["keep".to_owned(), "child".to_owned()], &out).unwrap_err();
+    let SqliteError::Unrepresentable {
+        session,
+        seq: None,
+        reason,
+        ..
+    } = &err
+    else {
+        panic!("{err}");
+    };
+    assert_eq!(session, "child");
+    assert!(
+        reason.contains(r#"origin "subagent", delegationDepth 1, agentPreset "minimal""#)
+            && reason.contains("no column"),
+        "{err}"
+    );
+    // Atomic: nothing at the path, no temporary file left.
+    assert!(!out.exists());
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
+    // One field alone is named alone.
+    let mut header = SessionHeader::new("deep", 5);
+    header.delegation_depth = 2;
+    store.create(header).unwrap();
+    store.append("deep", &good_events()).unwrap();
+    let err = export_db(&store, &["deep".to_owned()], &out).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("the header has delegationDepth 2, and"),
+        "{err}"
+    );
+    export_db(&store, &["keep".to_owned()], &out).unwrap();
+}

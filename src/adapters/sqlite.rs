@@ -17,6 +17,7 @@
 use crate::adapters::Reporter;
 use crate::event::{Event, OwnedEvent, SurfaceOp};
 use crate::header::SessionHeader;
+use crate::json::Fields;
 use crate::session::SessionState;
 use crate::store::{self, Store};
 use crate::violation::{Location, Rule, Violation};
@@ -685,10 +686,43 @@ pub(crate) fn initialize(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
 }
 
+/// The header fields of `header` that schema 4 has no column for and that
+/// a reader of its row would not get back (it gives them their defaults,
+/// see `SessionRow::header`), each as `key value` in the header's JSON
+/// key order: empty when the row holds the whole header.
+fn header_fields_without_column(header: &SessionHeader) -> Vec<String> {
+    // What the row gives back: its columns, every other field as
+    // `SessionHeader::new` leaves it, so a header field added later is
+    // compared (and refused) without this list knowing it.
+    let row = SessionHeader {
+        version: header.version,
+        id: header.id.clone(),
+        created_at: header.created_at,
+        cwd: header.cwd.clone(),
+        parent_session: header.parent_session.clone(),
+        seed_length: header.seed_length,
+        ..SessionHeader::new(header.id.clone(), header.created_at)
+    };
+    if row == *header {
+        return Vec::new();
+    }
+    let (full_text, kept_text) = (header.to_json(), row.to_json());
+    let (Ok(full), Ok(kept)) = (Fields::parse(&full_text), Fields::parse(&kept_text)) else {
+        // `to_json` writes an object; should it ever not, the header still
+        // differs from its row, so the whole of it is named.
+        return vec![full_text];
+    };
+    full.0
+        .iter()
+        .filter(|(k, v)| kept.get(&k.0).is_none_or(|kv| kv.get() != v.get()))
+        .map(|(k, v)| format!("{} {}", k.0, v.get()))
+        .collect()
+}
+
 /// Writes one session's `sessions` row and `events` rows in schema 4.
-/// Header fields schema 4 has no column for (`origin`, `delegationDepth`,
-/// `agentPreset`) are not written; an event with `ignorable` (no column
-/// either) is an error.
+/// Anything schema 4 has no column for is an error, never dropped: a header
+/// field (`origin`, `delegationDepth` other than 0, `agentPreset`) or an
+/// event with `ignorable`.
 pub(crate) fn insert_session(
     tx: &Connection,
     path: &Path,
@@ -711,6 +745,18 @@ pub(crate) fn insert_session(
         .map(|n| int(n, "seedLength", None))
         .transpose()?;
     let version = int(header.version, "version", None)?;
+    let lost = header_fields_without_column(header);
+    if !lost.is_empty() {
+        return Err(unrepresentable(
+            None,
+            format!(
+                "the header has {}, and schema 4 has no column for {}; schema 17 (the default) keeps {}",
+                lost.join(", "),
+                if lost.len() == 1 { "it" } else { "them" },
+                if lost.len() == 1 { "it" } else { "them" },
+            ),
+        ));
+    }
     if let Some(e) = events.iter().find(|e| e.ignorable) {
         return Err(unrepresentable(
             Some(e.seq),

@@ -24,7 +24,10 @@ use std::path::{Path, PathBuf};
 /// schema `version` (4 or 17; anything else is refused, naming it). See the
 /// module documentation for atomicity. Every id is checked first: an id
 /// listed twice, or already in an existing database, is an error and
-/// nothing is written.
+/// nothing is written. So is a session holding anything the schema has no
+/// column for (schema 4: the header's `origin`, `delegationDepth`,
+/// `agentPreset`, an event's `ignorable`): [`SqliteError::Unrepresentable`]
+/// names it, never a silent loss.
 pub fn export_db(
     store: &Store,
     ids: &[String],
