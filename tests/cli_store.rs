@@ -909,8 +909,13 @@ fn ls_escapes_ids_so_each_row_stays_one_line() {
     let odd = "a\tb\nc\\d\u{1b}e";
     let file = write_session(tmp.path(), "odd.jsonl", odd, &BALANCED);
     let store = tmp.path().join("store");
-    ok(&store, &["import", path_str(&file)]);
-    ok(&store, &["fork", odd, "kid"]);
+    let out = ok(&store, &["import", path_str(&file)]);
+    assert!(
+        out.starts_with("imported a\\tb\\nc\\\\d\\u001be: "),
+        "{out:?}"
+    );
+    let out = ok(&store, &["fork", odd, "kid"]);
+    assert_eq!(out, "forked kid from a\\tb\\nc\\\\d\\u001be at 6\n");
     let ls = ok(&store, &["ls"]);
     let lines: Vec<&str> = ls.lines().collect();
     assert_eq!(lines.len(), 2, "{ls:?}");
@@ -922,6 +927,9 @@ fn ls_escapes_ids_so_each_row_stays_one_line() {
     let json: Value = serde_json::from_str(&ok(&store, &["ls", "--json"])).unwrap();
     assert_eq!(json[0]["id"], odd);
     assert_eq!(json[1]["parentSession"], odd);
+    // Messages naming an id escape it as `ls` does.
+    let out = ok(&store, &["rm", odd]);
+    assert_eq!(out, "removed a\\tb\\nc\\\\d\\u001be\n");
 }
 
 /// "1 event", "1 closer": no "1 closers".

@@ -323,3 +323,268 @@ fn cli_progress_prints_plain_lines_off_a_terminal() {
     );
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `export --schema 4` refuses a header with fields the schema has no
+/// column for (exit 1, naming the session and the fields) and writes
+/// nothing; the default schema 17 keeps them.
+#[test]
+fn schema_4_export_refuses_header_fields_it_cannot_hold() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = tmp.path().join("child.jsonl");
+    let header = r#"{"type":"session","version":0,"id":"child","createdAt":5,"cwd":"/w","parentSession":"p","origin":"subagent","delegationDepth":1,"agentPreset":"minimal"}"#;
+    let body = SESSION.split_once('\n').unwrap().1;
+    std::fs::write(&file, format!("{header}\n{body}")).unwrap();
+    ok(&store, &["import", file.to_str().unwrap()]);
+    let db = tmp.path().join("out4.db");
+    let err = fail(
+        &store,
+        &[
+            "export",
+            "child",
+            "--schema",
+            "4",
+            "--to",
+            db.to_str().unwrap(),
+        ],
+        1,
+    );
+    assert!(
+        err.contains(r#"session "child""#)
+            && err.contains(r#"origin "subagent", delegationDepth 1, agentPreset "minimal""#)
+            && err.contains("no column"),
+        "{err}"
+    );
+    assert!(!db.exists());
+    let db = tmp.path().join("out17.db");
+    ok(&store, &["export", "child", "--to", db.to_str().unwrap()]);
+    let back = tmp.path().join("back");
+    ok(&back, &["import", db.to_str().unwrap()]);
+    assert_eq!(ok(&back, &["cat", "child"]).lines().next(), Some(header));
+}
+
+/// `export --all` exports every readable session, then names each entry of
+/// sessions/ it could not read (a damaged HEADER) on stderr and exits 1:
+/// to a directory, to standard output and to a database.
+#[test]
+fn export_all_reports_unreadable_entries_and_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = two_sessions(tmp.path());
+    let header = store.join("sessions").join("s1").join("HEADER");
+    let mut bytes = std::fs::read(&header).unwrap();
+    bytes[40] ^= 0x55;
+    std::fs::write(&header, bytes).unwrap();
+    let named = |err: &str| {
+        assert!(
+            err.contains("UNACCOUNTED ")
+                && err.contains(&format!(
+                    "{}: ",
+                    store.join("sessions").join("s1").display()
+                ))
+                && err.contains("HEADER")
+                && err.contains("not exported")
+                && err.contains("1 session exported; 1 entry of sessions/ not exported"),
+            "{err}"
+        );
+    };
+    let root = tmp.path().join("root");
+    let out = run(&store, &["export", "--all", "--to", root.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    named(&String::from_utf8_lossy(&out.stderr));
+    assert!(
+        root.join("--w--")
+            .join("s2")
+            .join("session.jsonl.zstd")
+            .is_file()
+    );
+    let out = run(&store, &["export", "--all"]);
+    assert_eq!(out.status.code(), Some(1));
+    named(&String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 9);
+    let db = tmp.path().join("all.db");
+    let out = run(&store, &["export", "--all", "--to", db.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    named(&String::from_utf8_lossy(&out.stderr));
+    assert!(db.is_file());
+    // Naming the readable session exports it as before.
+    ok(&store, &["export", "s2"]);
+}
+
+/// With `--all`, `--to NAME` is a directory whatever the store holds: a
+/// name without a file extension is created as one even for one session,
+/// and a session file's name is refused even for one session.
+#[test]
+fn export_all_always_writes_a_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = tmp.path().join("s1.jsonl");
+    std::fs::write(&file, SESSION).unwrap();
+    ok(&store, &["import", file.to_str().unwrap()]);
+    let backup = tmp.path().join("backup");
+    ok(
+        &store,
+        &["export", "--all", "--to", backup.to_str().unwrap()],
+    );
+    assert!(
+        backup
+            .join("--w--")
+            .join("s1")
+            .join("session.jsonl.zstd")
+            .is_file()
+    );
+    let one = tmp.path().join("one.jsonl");
+    let err = fail(
+        &store,
+        &["export", "--all", "--to", one.to_str().unwrap()],
+        2,
+    );
+    assert!(err.contains("`export --all` writes a directory"), "{err}");
+    assert!(!one.exists());
+    // A second session goes into the same directory.
+    ok(&store, &["import", "--id", "s2", file.to_str().unwrap()]);
+    let out = ok(
+        &store,
+        &["export", "--all", "--to", backup.to_str().unwrap()],
+    );
+    assert!(out.contains("exported s2 to"), "{out}");
+}
+
+/// A root export checks every session's path first: an id whose escaped
+/// form is too long for one file name stops it with nothing written,
+/// naming the session, the path and why.
+#[test]
+fn root_export_refuses_ids_too_long_for_a_file_name_before_writing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = tmp.path().join("s1.jsonl");
+    std::fs::write(&file, SESSION).unwrap();
+    let long = "b".repeat(256);
+    let slashes = "/".repeat(52);
+    for id in ["a", &long, &slashes, "c"] {
+        ok(&store, &["import", "--id", id, file.to_str().unwrap()]);
+    }
+    let root = tmp.path().join("root");
+    let err = fail(
+        &store,
+        &["export", "--all", "--to", root.to_str().unwrap()],
+        1,
+    );
+    assert!(
+        err.contains(&format!("session {long:?}"))
+            && err.contains(&format!("{slashes:?}"))
+            && err.contains(&format!("root/--w--/{long}/session.jsonl.zstd"))
+            && err.contains(&format!(
+                "root/--w--/{}/session.jsonl.zstd",
+                "~002F".repeat(52)
+            ))
+            && err.contains("as one directory name, and it is 260 bytes")
+            && err.contains("2 of 4 sessions cannot be exported into a harness root")
+            && err.contains("nothing was exported"),
+        "{err}"
+    );
+    assert!(!root.exists(), "something was written");
+    let err = fail(
+        &store,
+        &["export", "a", &long, "--to", root.to_str().unwrap()],
+        1,
+    );
+    assert!(
+        err.contains("256 bytes") && err.contains("--to FILE.jsonl"),
+        "{err}"
+    );
+    // Such a session still goes to a file.
+    ok(
+        &store,
+        &[
+            "export",
+            &long,
+            "--to",
+            tmp.path().join("long.jsonl").to_str().unwrap(),
+        ],
+    );
+}
+
+/// Messages say what happened in words, and print session ids with their
+/// control characters escaped as `ls` does.
+#[test]
+fn messages_are_sentences_with_ids_escaped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let file = tmp.path().join("s1.jsonl");
+    std::fs::write(&file, SESSION).unwrap();
+    let evil = "evil\u{1b}[2J\rid";
+    let out = ok(&store, &["import", "--id", evil, file.to_str().unwrap()]);
+    assert_eq!(out, "imported evil\\u001b[2J\\rid: 6 events (2 closers)\n");
+    let to = tmp.path().join("e.jsonl");
+    let out = ok(&store, &["export", evil, "--to", to.to_str().unwrap()]);
+    assert!(
+        out.starts_with("exported evil\\u001b[2J\\rid (8 events)"),
+        "{out:?}"
+    );
+    let root = tmp.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let out = ok(
+        &store,
+        &["export", evil, "--to", root.to_str().unwrap(), "-q"],
+    );
+    assert!(
+        out.starts_with("exported evil\\u001b[2J\\rid to"),
+        "{out:?}"
+    );
+    let out = run(
+        &store,
+        &["export", "--salvage", evil, "--to", to.to_str().unwrap()],
+    );
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("salvaged evil\\u001b[2J\\rid: 8 events"),
+        "{err:?}"
+    );
+    // A torn final frame is described, not dumped as a Rust value.
+    let zst = tmp.path().join("s1.jsonl.zstd");
+    ok(
+        &store,
+        &["export", evil, "--zstd", "--to", zst.to_str().unwrap()],
+    );
+    let bytes = std::fs::read(&zst).unwrap();
+    std::fs::write(&zst, &bytes[..bytes.len() - 3]).unwrap();
+    let out = run(
+        &tmp.path().join("other"),
+        &["import", zst.to_str().unwrap()],
+    );
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("torn final zstd frame: frame 1 at byte ")
+            && err.contains("is cut short: the file ends inside the frame (torn write)")
+            && !err.contains("TornFrame"),
+        "{err}"
+    );
+}
+
+/// A root export that fails midway names the session, the root and the
+/// reason, and says which sessions were written (each whole) and which not.
+#[test]
+fn a_root_export_stopped_midway_says_what_was_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = two_sessions(tmp.path());
+    let root = tmp.path().join("root");
+    // A file where s2's directory goes.
+    std::fs::create_dir_all(root.join("--w--")).unwrap();
+    std::fs::write(root.join("--w--").join("s2"), "in the way").unwrap();
+    let err = fail(
+        &store,
+        &["export", "--all", "--to", root.to_str().unwrap()],
+        3,
+    );
+    assert!(
+        err.contains(&format!(
+            "session \"s2\": writing the export into {}: ",
+            root.display()
+        )) && err.contains("1 of 2 sessions exported into")
+            && err.contains("it and the rest were not written"),
+        "{err}"
+    );
+    assert!(root.join("--w--/s1/session.jsonl.zstd").is_file());
+}

@@ -204,6 +204,14 @@ pub fn project_dir_name(cwd: Option<&str>) -> String {
     format!("--{}--", &slug[..slug.len().min(251)])
 }
 
+/// The longest file name (one path component), in bytes, that Linux file
+/// systems take (`NAME_MAX` of ext4, XFS, btrfs, tmpfs).
+pub const NAME_MAX: usize = 255;
+
+/// The longest path, in bytes, a Linux system call takes (`PATH_MAX`, its
+/// terminating NUL included).
+pub const PATH_MAX: usize = 4096;
+
 /// Where a session goes in a root the harness loads: the current layout,
 /// `<root>/<project_dir_name(cwd)>/<id_escape(id)>/session.jsonl[.zstd]`,
 /// exactly the path the harness's JSONL backend derives from the header

@@ -11,7 +11,9 @@
 //! error (including a store locked by another writer).
 
 use crate::args::{Cli, Command};
-use crate::failure::{Failure, io_err, open_read_only, open_writer, plural, store_err};
+use crate::failure::{
+    Failure, escape_field, io_err, open_read_only, open_writer, plural, store_err,
+};
 use clap::Parser;
 use sessionlog::adapters::harness;
 use sessionlog::adapters::jsonl::{self, JsonlSession};
@@ -71,12 +73,7 @@ fn read_file(path: &Path) -> Result<Vec<u8>, Failure> {
     let z = harness::read_zstd_session(&bytes)
         .map_err(|e| Failure::Invalid(format!("{}: {e}", path.display())))?;
     if let Some(t) = &z.torn {
-        eprintln!(
-            "note: {}: torn final zstd frame at byte {}: {}",
-            path.display(),
-            t.offset,
-            t.reason
-        );
+        eprintln!("note: {}: torn final zstd frame: {t}", path.display());
     }
     Ok(z.text)
 }
@@ -98,28 +95,6 @@ fn load<'a>(path: &Path, bytes: &'a [u8], strict: bool) -> Result<JsonlSession<'
         .map_err(|v| Failure::Invalid(format!("{}: {v}", path.display())))?;
     note_torn(path, &session);
     Ok(session)
-}
-
-/// A field of an `ls` row: backslash, tab, newline, carriage return and
-/// every other control character written as in JSON (`\\`, `\t`, `\n`,
-/// `\r`, `\u001b`), so a row stays one line of three tab-separated fields.
-fn escape_field(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(|c| c == '\\' || c.is_control()) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            // Control characters are all in the BMP: one \uXXXX each.
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    std::borrow::Cow::Owned(out)
 }
 
 fn needs_store(command: &str) -> Failure {
@@ -629,13 +604,19 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
                 )),
                 e => store_err(e),
             })?;
-            writeln!(out, "forked {child} from {src} at {at}").map_err(io_err)?;
+            writeln!(
+                out,
+                "forked {} from {} at {at}",
+                escape_field(&child),
+                escape_field(&src)
+            )
+            .map_err(io_err)?;
             store.close().map_err(store_err)
         }
         Command::Rm { id } => {
             let store = open_writer(dir, false)?;
             store.delete(&id).map_err(store_err)?;
-            writeln!(out, "removed {id}").map_err(io_err)?;
+            writeln!(out, "removed {}", escape_field(&id)).map_err(io_err)?;
             store.close().map_err(store_err)
         }
         Command::Demo { .. } => unreachable!("handled before the mode split"),
@@ -643,7 +624,7 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
         Command::TakeOver { id } => {
             let store = open_writer(dir, false)?;
             store.take_over(&id).map_err(store_err)?;
-            writeln!(out, "took {id} over").map_err(io_err)?;
+            writeln!(out, "took {} over", escape_field(&id)).map_err(io_err)?;
             store.close().map_err(store_err)
         }
         #[cfg(feature = "archive")]

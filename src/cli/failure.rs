@@ -1,7 +1,7 @@
 //! How a command fails (and so its exit code), and the helpers the
-//! commands share to open a store and map its errors: used by `cli`,
-//! `transfer` and `demo`, which depend on this module and not on each
-//! other.
+//! commands share to open a store, map its errors and print session ids
+//! in messages: used by `cli`, `transfer` and `demo`, which depend on this
+//! module and not on each other.
 
 use sessionlog::store::{self, Options, Store};
 use std::io;
@@ -54,6 +54,30 @@ pub(crate) fn plural(n: impl Into<u64>, word: &str) -> String {
     } else {
         format!("{n} {word}s")
     }
+}
+
+/// A session id (or any text from the store) as a message prints it, and a
+/// field of an `ls` row: backslash, tab, newline, carriage return and every
+/// other control character written as in JSON (`\\`, `\t`, `\n`, `\r`,
+/// `\u001b`), so a row stays one line of three tab-separated fields and an
+/// id cannot move the cursor, clear the screen or forge a line of output.
+pub(crate) fn escape_field(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(|c| c == '\\' || c.is_control()) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            // Control characters are all in the BMP: one \uXXXX each.
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The exit code of a store error: bad data, damage or a bad request is 1,

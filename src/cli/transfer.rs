@@ -2,7 +2,9 @@
 //! formats (JSONL plain, packed or zstd, harness roots in both layouts,
 //! SQLite schema 4 and 17), with progress bars on a terminal.
 
-use crate::failure::{Failure, io_err, open_read_only, open_writer, plural, store_err};
+use crate::failure::{
+    Failure, escape_field, io_err, open_read_only, open_writer, plural, store_err,
+};
 use crate::progress::{ImportProgress, Progress};
 use sessionlog::adapters::harness::{self, ExportOptions, ImportError, ImportOptions};
 use sessionlog::adapters::{sqlite, sqlite_export, sqlite17};
@@ -202,21 +204,18 @@ pub fn import(
                             );
                         }
                         if let Some(t) = &r.torn_frame {
-                            eprintln!(
-                                "note: {}: torn final zstd frame dropped: {t:?}",
-                                path.display()
-                            );
+                            eprintln!("note: {}: torn final zstd frame: {t}", path.display());
                         }
                         let line = if r.left_open {
                             format!(
                                 "imported {}: {} (last turn left open)",
-                                r.id,
+                                escape_field(&r.id),
                                 plural(r.events, "event")
                             )
                         } else {
                             format!(
                                 "imported {}: {} ({})",
-                                r.id,
+                                escape_field(&r.id),
                                 plural(r.events, "event"),
                                 plural(r.closers.len() as u64, "closer")
                             )
@@ -247,12 +246,12 @@ pub fn import(
                                 eprintln!(
                                     "note: {}: session {}: torn physical tail dropped from seq {seq}",
                                     path.display(),
-                                    s.id
+                                    escape_field(&s.id)
                                 );
                             }
                             let line = format!(
                                 "imported {}: {} ({}) from {}",
-                                s.id,
+                                escape_field(&s.id),
                                 plural(s.events, "event"),
                                 plural(s.closers, "closer"),
                                 path.display()
@@ -317,23 +316,98 @@ fn names_a_file(path: &Path) -> bool {
         .is_some_and(|e| e == "jsonl" || e == "json" || e == "zstd" || e == "zst")
 }
 
+/// The error of a root export stopped by `e` at session `id`, saying what
+/// was written before it: each session listed above as exported is whole
+/// (written beside its name, then renamed), the others were not written.
+fn root_export_err(
+    e: harness::ExportError,
+    id: &str,
+    root: &Path,
+    done: usize,
+    n: usize,
+) -> Failure {
+    let written = format!(
+        "{} of {} exported into {} before it (each listed above, whole); it and the rest were not written",
+        done,
+        plural(n as u64, "session"),
+        root.display()
+    );
+    // What was written goes with what failed, before the hint.
+    let with_written = |m: &str| match m.split_once("\nhint: ") {
+        Some((what, hint)) => format!("{what}\n{written}\nhint: {hint}"),
+        None => format!("{m}\n{written}"),
+    };
+    match e {
+        harness::ExportError::Store(e) => match store_err(e) {
+            Failure::Io(m) => Failure::Io(with_written(&m)),
+            f => Failure::Invalid(with_written(f.message())),
+        },
+        harness::ExportError::Io(e) => Failure::Io(format!(
+            "session {:?}: writing the export into {}: {e}\n{written}",
+            id,
+            root.display()
+        )),
+        e => Failure::Invalid(format!("{e}\n{written}")),
+    }
+}
+
+/// Checks, before anything is written, that every session's path in the
+/// harness root `root` is one the file system takes: a session whose path
+/// it would refuse (the harness's layout puts the escaped id in one file
+/// name) stops the export, naming every such session, with nothing
+/// written rather than some sessions written and the rest not.
+fn check_root_paths(
+    store: &store::Store,
+    ids: &[String],
+    root: &Path,
+    opts: ExportOptions,
+) -> Result<(), Failure> {
+    let mut refused = Vec::new();
+    for id in ids {
+        let header = store.header(id).map_err(store_err)?;
+        if let Err(e) = harness::root_export_path(root, &header, opts) {
+            refused.push(e.to_string());
+        }
+    }
+    let hint = "hint: export such a session to a file (`export ID --to FILE.jsonl`) or a database (`--to FILE.db`), which hold any id";
+    match refused.as_slice() {
+        [] => Ok(()),
+        [one] => Err(Failure::Invalid(format!(
+            "{one}; nothing was exported\n{hint}"
+        ))),
+        many => {
+            for m in many {
+                eprintln!("error: {m}");
+            }
+            Err(Failure::Invalid(format!(
+                "{} of {} cannot be exported into a harness root (listed above); nothing was exported\n{hint}",
+                many.len(),
+                plural(ids.len() as u64, "session")
+            )))
+        }
+    }
+}
+
 /// `sessionlog --store DIR export ID... | --all [--to FILE|DIR|-]`.
 pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), Failure> {
     let store = open_read_only(dir)?;
     if args.salvage {
         return salvage(&store, args, out);
     }
-    let ids = match (args.all, args.ids.is_empty()) {
+    // With --all, also the entries of sessions/ that are not readable
+    // sessions (a damaged HEADER): they cannot be exported, and a
+    // migration must not lose them without a word.
+    let (ids, unaccounted) = match (args.all, args.ids.is_empty()) {
         (true, true) => {
             let ids: Vec<String> = store
                 .list()
-                .map_err(crate::failure::store_err)?
+                .map_err(store_err)?
                 .into_iter()
                 .map(|h| h.id)
                 .collect();
-            ids
+            (ids, store.unaccounted().map_err(store_err)?)
         }
-        (false, false) => args.ids.clone(),
+        (false, false) => (args.ids.clone(), Vec::new()),
         _ => {
             return Err(Failure::Usage(
                 "name the sessions to export, or --all (not both)".into(),
@@ -350,23 +424,34 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
         zstd: args.zstd,
     };
     let to = args.to.filter(|p| p.as_os_str() != "-");
+    // `--all` goes to a directory whatever the store holds today, so the
+    // same command writes the same kind of output as the store grows;
+    // several named sessions do too.
+    let to_dir = to
+        .as_deref()
+        .is_some_and(|p| !is_db(p) && (p.is_dir() || args.all || ids.len() > 1));
     if let Some(path) = &to {
-        // Several sessions go into a directory (a harness root) or a `.db`;
-        // a path naming a file is refused, never made a directory.
-        if ids.len() > 1 && !is_db(path) && !path.is_dir() && (path.exists() || names_a_file(path))
-        {
-            return Err(Failure::Usage(format!(
-                "{}: {} do not fit in one {}: give a directory (`--to DIR` writes a harness root, created if missing) or one session (`export ID --to FILE`)",
-                path.display(),
-                plural(ids.len() as u64, "session"),
-                if path.exists() {
-                    "file"
-                } else {
-                    "session file"
-                }
-            )));
+        // A path naming a file is refused, never made a directory.
+        if to_dir && !path.is_dir() && (path.exists() || names_a_file(path)) {
+            let what = if path.exists() {
+                "file"
+            } else {
+                "session file"
+            };
+            return Err(Failure::Usage(if args.all {
+                format!(
+                    "{}: `export --all` writes a directory or a .db, never one {what}: give a directory (`--to DIR` writes a harness root, created if missing) or name one session (`export ID --to FILE`)",
+                    path.display()
+                )
+            } else {
+                format!(
+                    "{}: {} do not fit in one {what}: give a directory (`--to DIR` writes a harness root, created if missing) or one session (`export ID --to FILE`)",
+                    path.display(),
+                    plural(ids.len() as u64, "session"),
+                )
+            }));
         }
-        if ids.is_empty() && !is_db(path) && !path.is_dir() {
+        if ids.is_empty() && unaccounted.is_empty() && !is_db(path) && !path.is_dir() {
             return Err(Failure::Invalid(
                 "the store holds no sessions to export".into(),
             ));
@@ -402,17 +487,21 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
             )
             .map_err(io_err)?;
         }
-        Some(path) if path.is_dir() || ids.len() > 1 => {
+        Some(path) if to_dir => {
             // A harness root the harness can load: its current default
             // layout, packed rows in Zstandard frames.
             let opts = ExportOptions {
                 pack_chunks: true,
                 zstd: true,
             };
-            for id in &ids {
-                let file =
-                    harness::export_session_to_root(&store, id, &path, opts).map_err(export_err)?;
-                progress.println(out, &format!("exported {id} to {}", file.display()))?;
+            check_root_paths(&store, &ids, &path, opts)?;
+            for (done, id) in ids.iter().enumerate() {
+                let file = harness::export_session_to_root(&store, id, &path, opts)
+                    .map_err(|e| root_export_err(e, id, &path, done, ids.len()))?;
+                progress.println(
+                    out,
+                    &format!("exported {} to {}", escape_field(id), file.display()),
+                )?;
                 progress.done(1);
             }
         }
@@ -426,7 +515,7 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
             writeln!(
                 out,
                 "exported {} ({}) to {}",
-                ids[0],
+                escape_field(&ids[0]),
                 plural(r.events, "event"),
                 path.display()
             )
@@ -434,7 +523,30 @@ pub fn export(dir: &Path, args: ExportArgs, out: &mut impl Write) -> Result<(), 
         }
     }
     progress.finish();
-    Ok(())
+    if unaccounted.is_empty() {
+        return Ok(());
+    }
+    out.flush().map_err(io_err)?;
+    for u in &unaccounted {
+        eprintln!(
+            "error: UNACCOUNTED {}: {}: not a readable session, not exported",
+            escape_field(&u.path.display().to_string()),
+            escape_field(&u.reason)
+        );
+    }
+    Err(Failure::Invalid(format!(
+        "{} exported; {} of sessions/ not exported (listed above): not {}\nhint: nothing in the store was changed; an UNACCOUNTED directory is not a session until its HEADER is mended (it is never deleted); `verify` lists it too",
+        plural(ids.len() as u64, "session"),
+        match unaccounted.len() {
+            1 => "1 entry".to_owned(),
+            n => format!("{n} entries"),
+        },
+        if unaccounted.len() == 1 {
+            "a readable session"
+        } else {
+            "readable sessions"
+        }
+    )))
 }
 
 /// `export --salvage ID [--to FILE]`: the readable prefix of a damaged
@@ -459,6 +571,7 @@ fn salvage(store: &store::Store, args: ExportArgs, out: &mut impl Write) -> Resu
             .map_err(|e| Failure::Io(format!("{}: {e}", path.display())))?,
         None => out.write_all(&buf).map_err(io_err)?,
     }
+    let id = escape_field(id);
     match &s.cut {
         None => eprintln!(
             "salvaged {id}: {}, nothing damaged",

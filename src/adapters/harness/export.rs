@@ -4,7 +4,9 @@
 
 use super::packed::{Row, pack_chunks, write_rows};
 use super::zstd::{WriteStats, turn_batches, write_zstd_session_with};
-use crate::adapters::root::{create_dirs_durably, export_path, write_atomically};
+use crate::adapters::root::{
+    NAME_MAX, PATH_MAX, create_dirs_durably, export_path, id_escape, write_atomically,
+};
 use crate::header::SessionHeader;
 use crate::store::{self, Store};
 use std::io::{self, Write};
@@ -40,6 +42,17 @@ pub enum ExportError {
     /// Writing failed.
     #[error("writing the export: {0}")]
     Io(#[from] io::Error),
+    /// The session's path in a harness root is longer than the file system
+    /// takes: nothing of the session was written.
+    #[error("session {session:?}: cannot be exported into a harness root: {}: {reason}", path.display())]
+    PathTooLong {
+        /// The session id.
+        session: String,
+        /// Where the harness's root layout puts it.
+        path: PathBuf,
+        /// Which part is too long, by how much, and why it is that long.
+        reason: String,
+    },
 }
 
 /// Writes a stored session as a harness session file: plain JSONL, with
@@ -77,11 +90,58 @@ pub fn export_session(
     })
 }
 
+/// Where [`export_session_to_root`] writes the session of `header` under
+/// `root` ([`export_path`]), if the file system can hold that path: every
+/// component at most [`NAME_MAX`] bytes, the whole under [`PATH_MAX`].
+/// The harness's layout puts the escaped id ([`id_escape`], 5 bytes for
+/// every character outside `[A-Za-z0-9._-]`) in one component, so an id
+/// the store keeps (under a shortened directory name) may not fit:
+/// [`ExportError::PathTooLong`] names the session, the path and the part
+/// that is too long. Checking every session first lets an export of
+/// several refuse before it writes anything.
+pub fn root_export_path(
+    root: &Path,
+    header: &SessionHeader,
+    opts: ExportOptions,
+) -> Result<PathBuf, ExportError> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = export_path(root, header, opts.zstd);
+    let too_long = |reason: String| ExportError::PathTooLong {
+        session: header.id.clone(),
+        path: path.clone(),
+        reason,
+    };
+    let escaped = id_escape(&header.id);
+    for c in path.components() {
+        let len = c.as_os_str().as_bytes().len();
+        if len <= NAME_MAX {
+            continue;
+        }
+        return Err(too_long(if c.as_os_str() == escaped.as_str() {
+            format!(
+                "the harness's root layout writes the id, escaped (5 bytes for every character outside [A-Za-z0-9._-]), as one directory name, and it is {len} bytes: over the {NAME_MAX} bytes a file name may have"
+            )
+        } else {
+            format!(
+                "a file name in it is {len} bytes: over the {NAME_MAX} bytes a file name may have"
+            )
+        }));
+    }
+    let len = path.as_os_str().as_bytes().len();
+    if len >= PATH_MAX {
+        return Err(too_long(format!(
+            "the path is {len} bytes, and the system takes paths of less than {PATH_MAX}"
+        )));
+    }
+    Ok(path)
+}
+
 /// Exports a stored session into a harness sessions root, at
 /// [`export_path`]. Every directory it creates is created alone and its
 /// parent synced; the file is written beside its final name (a random
 /// suffix), synced, renamed into place, and its directory synced. Returns
-/// its path.
+/// its path. A path too long for the file system ([`root_export_path`]) is
+/// refused before anything is written.
 pub fn export_session_to_root(
     store: &Store,
     id: &str,
@@ -90,7 +150,7 @@ pub fn export_session_to_root(
 ) -> Result<PathBuf, ExportError> {
     let mut buf = Vec::new();
     let report = export_session(store, id, &mut buf, opts)?;
-    let path = export_path(root, &report.header, opts.zstd);
+    let path = root_export_path(root, &report.header, opts)?;
     let dir = path.parent().expect("export paths have a parent");
     create_dirs_durably(dir)?;
     write_atomically(&path, &buf)?;

@@ -39,8 +39,9 @@
 //! [`jsonl::read_session`]: crate::adapters::jsonl::read_session
 
 pub use crate::adapters::root::{
-    NO_CWD_DIR, PLAIN_FILE_NAME, ZSTD_FILE_NAME, create_dirs_durably, cwd_dir_name, export_path,
-    find_sessions, id_escape, id_unescape, project_dir_name, write_atomically,
+    NAME_MAX, NO_CWD_DIR, PATH_MAX, PLAIN_FILE_NAME, ZSTD_FILE_NAME, create_dirs_durably,
+    cwd_dir_name, export_path, find_sessions, id_escape, id_unescape, project_dir_name,
+    write_atomically,
 };
 
 mod export;
@@ -50,6 +51,7 @@ mod zstd;
 
 pub use export::{
     ExportError, ExportOptions, ExportReport, export_session, export_session_to_root,
+    root_export_path,
 };
 pub use import::{
     ImportError, ImportOptions, ImportReport, import_file, import_file_with_progress,

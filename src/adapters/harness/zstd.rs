@@ -46,6 +46,38 @@ pub struct TornFrame {
     pub reason: String,
 }
 
+/// A sentence for a note: `frame 2 at byte 187 (101 bytes) is cut short:
+/// REASON; what it still decodes to (142 bytes of text) is kept up to its
+/// last complete line`.
+impl std::fmt::Display for TornFrame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bytes = |n: u64| {
+            if n == 1 {
+                "1 byte".to_owned()
+            } else {
+                format!("{n} bytes")
+            }
+        };
+        write!(
+            f,
+            "frame {} at byte {} ({}) is cut short: {}; ",
+            self.frame,
+            self.offset,
+            bytes(self.bytes),
+            self.reason
+        )?;
+        if self.decoded == 0 {
+            write!(f, "nothing of it is kept")
+        } else {
+            write!(
+                f,
+                "what it still decodes to ({} of text) is kept up to its last complete line",
+                bytes(self.decoded)
+            )
+        }
+    }
+}
+
 /// Damage in a Zstandard session log that a crash cannot explain.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
