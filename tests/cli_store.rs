@@ -243,6 +243,32 @@ fn repair_closes_a_stored_open_turn_once() {
     assert!(ok(&dir, &["verify", "open"]).starts_with("OK open events=7 "));
 }
 
+/// Only `repair` stores closers: `compress` (of one session or all, with
+/// `--seal` too) takes a session for writing and leaves its open turn open
+/// (before, it appended the closers without a word).
+#[test]
+fn compress_leaves_an_open_turn_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    let file = write_session(tmp.path(), "open.jsonl", "open", &OPEN);
+    ok(&dir, &["import", "-q", "--no-repair", path_str(&file)]);
+    let before = ok(&dir, &["verify", "open"]);
+    assert!(before.starts_with("OK open events=4 "), "{before}");
+    for args in [
+        &["compress", "open"][..],
+        &["compress"][..],
+        &["compress", "--seal", "open"][..],
+    ] {
+        ok(&dir, args);
+        let now = ok(&dir, &["verify", "open"]);
+        assert!(
+            now.starts_with("OK open events=4 "),
+            "after {args:?}: {now}"
+        );
+    }
+    assert_eq!(json_lines(&ok(&dir, &["repair", "open"])).len(), 3);
+}
+
 #[test]
 fn fork_seeds_a_child_that_ends_with_end_seed() {
     let tmp = tempfile::tempdir().unwrap();

@@ -484,15 +484,18 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
                         progress.println(
                             out,
                             &format!(
-                                "OK {id} events={} segments={} bytes={}",
-                                r.events, r.segments, r.bytes
+                                "OK {} events={} segments={} bytes={}",
+                                escape_field(id),
+                                r.events,
+                                r.segments,
+                                r.bytes
                             ),
                         )?;
                         progress.done(r.events);
                     }
                     Err(e) => {
                         let f = store_err(e);
-                        progress.println(out, &format!("FAIL {id}"))?;
+                        progress.println(out, &format!("FAIL {}", escape_field(id)))?;
                         progress.done(0);
                         eprintln!("error: {}", f.message());
                         failed += 1;

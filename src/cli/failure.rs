@@ -171,6 +171,10 @@ pub(crate) static ARCHIVE: std::sync::OnceLock<store::ArchiveOptions> = std::syn
 /// one was given.
 fn store_options() -> Options {
     Options {
+        // Only `repair` closes an interrupted turn (it asks for the closers
+        // itself): `compress`, `rm`, `fork` and the rest take a session for
+        // writing without changing its log.
+        close_interrupted_turns: false,
         #[cfg(feature = "archive")]
         archive: ARCHIVE.get().cloned(),
         ..Options::default()

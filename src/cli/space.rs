@@ -2,7 +2,9 @@
 //! segments compressed (`compress`).
 
 use crate::cli::{sorted_ids, warn_unaccounted};
-use crate::failure::{Failure, io_err, open_read_only, open_writer, plural, store_err};
+use crate::failure::{
+    Failure, escape_field, io_err, open_read_only, open_writer, plural, store_err,
+};
 use sessionlog::store;
 use std::io::Write;
 use std::path::Path;
@@ -50,7 +52,13 @@ pub(crate) fn stats(
             continue;
         }
         let age = age_secs.map_or_else(|| "none".to_owned(), |d| format!("{d}s"));
-        writeln!(out, "{id} {} checkpoint_age={age}", Totals::of(&s)).map_err(io_err)?;
+        writeln!(
+            out,
+            "{} {} checkpoint_age={age}",
+            escape_field(id),
+            Totals::of(&s)
+        )
+        .map_err(io_err)?;
     }
     if json {
         return writeln!(out, "{}", serde_json::Value::Array(objects)).map_err(io_err);
@@ -79,7 +87,7 @@ pub(crate) fn compress(
         let sealed = seal && store.seal(id).map_err(store_err)?;
         let done = store.compress_sealed(id).map_err(store_err)?;
         let sealed = if sealed { "sealed, " } else { "" };
-        writeln!(out, "{id} {sealed}{}", compressed(&done)).map_err(io_err)?;
+        writeln!(out, "{} {sealed}{}", escape_field(id), compressed(&done)).map_err(io_err)?;
         total.add(&done);
     }
     if ids.len() > 1 {
