@@ -373,6 +373,20 @@ fn len_max_sealed(dir: &Path) -> Outcome {
     reopen_and_load(&root).map(|(_, log)| format!("loaded {} events", log.len()))
 }
 
+/// A stray file named like a segment, far past the log, in the session's
+/// directory: the active segment is then not the last one, and the error
+/// names the stray file, not only the segment it makes look unsealed.
+fn stray_segment_file(dir: &Path) -> Outcome {
+    let (root, segs, _) = segmented_store(dir);
+    let stray = segs[0].with_file_name(segment::segment_file_name(1 << 40));
+    std::fs::write(&stray, b"garbage").expect("write the stray file");
+    let store = Store::open_read_only(&root).map_err(store_err)?;
+    store
+        .load("s")
+        .map(|(_, log)| format!("loaded {} events", log.len()))
+        .map_err(store_err)
+}
+
 /// The session's HEADER claims a header of 2^32-1 bytes.
 fn len_max_header(dir: &Path) -> Outcome {
     let store = store_with_turn(dir);
@@ -906,6 +920,14 @@ fn rows() -> Vec<Row> {
             name: "sealed segment: a record's len = 2^32-1",
             run: len_max_sealed,
             expect: Fails("Corrupt", &["is corrupt", "bad record followed by valid"]),
+        },
+        Row {
+            name: "a stray file named like a segment past the log",
+            run: stray_segment_file,
+            expect: Fails(
+                "Corrupt",
+                &["no footer magic", "00000001099511627776.seg follows it"],
+            ),
         },
         Row {
             name: "session HEADER: the header length = 2^32-1",

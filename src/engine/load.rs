@@ -387,8 +387,25 @@ impl Store {
                         "segment identity does not match its session".into(),
                     ));
                 }
-                let footer =
-                    segment::verify_footer(&map).map_err(|e| segment_error(&id, path, e))?;
+                let footer = segment::verify_footer(&map).map_err(|e| {
+                    // Only the last segment may be unsealed: say which file
+                    // makes this one not the last (a stray file dropped in
+                    // the directory is blamed here otherwise).
+                    let next = files[i + 1].1.file_name().unwrap_or_default();
+                    let e = match e {
+                        segment::SegmentError::Corrupt { offset, reason } => {
+                            segment::SegmentError::Corrupt {
+                                offset,
+                                reason: format!(
+                                    "{reason}, yet it is not the last segment: {} follows it (a segment file that does not belong, or this one damaged)",
+                                    next.to_string_lossy()
+                                ),
+                            }
+                        }
+                        other => other,
+                    };
+                    segment_error(&id, path, e)
+                })?;
                 expected_first = footer.last_seq + 1;
                 if covered.is_some_and(|c| {
                     footer.last_seq < c.next_seq && c.segment_first_seq != first_seq
