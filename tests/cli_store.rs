@@ -269,6 +269,67 @@ fn compress_leaves_an_open_turn_open() {
     assert_eq!(json_lines(&ok(&dir, &["repair", "open"])).len(), 3);
 }
 
+/// A session another process writes fails its own source of an import
+/// (exit 3, with a hint), and the other sources are still imported (the
+/// lock used to stop the whole import).
+#[test]
+fn an_import_goes_on_past_a_session_another_writer_holds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    let held = write_session(tmp.path(), "held.jsonl", "held", &BALANCED);
+    let free = write_session(tmp.path(), "free.jsonl", "free", &BALANCED);
+    ok(&dir, &["import", "-q", path_str(&held)]);
+    let writer = Store::open(&dir, Options::default()).unwrap();
+    writer.repair("held").unwrap(); // takes its writer lock
+    let r = sl(
+        &dir,
+        &[
+            "import",
+            "-q",
+            "--replace",
+            path_str(&held),
+            path_str(&free),
+        ],
+    );
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("another process (or handle) is writing that session"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stdout.contains("imported free: 6 events"), "{}", r.stdout);
+    drop(writer);
+    assert!(ok(&dir, &["verify", "free"]).starts_with("OK free events=6 "));
+}
+
+/// verify fails over a damaged CHECKPOINT, and its hint says the log is
+/// whole without it and how a new one gets written.
+#[test]
+fn verify_reports_a_damaged_checkpoint_with_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    let file = write_session(tmp.path(), "s.jsonl", "s", &BALANCED);
+    ok(&dir, &["import", "-q", path_str(&file)]);
+    let ck = Store::session_dir_in(&dir, "s").unwrap().join("CHECKPOINT");
+    let mut bytes = std::fs::read(&ck).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x01;
+    std::fs::write(&ck, bytes).unwrap();
+    let r = sl(&dir, &["verify", "s"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stdout.starts_with("FAIL s"), "{}", r.stdout);
+    assert!(r.stderr.contains("CHECKPOINT"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("reads whole without its checkpoint"),
+        "{}",
+        r.stderr
+    );
+    // Once a writer has taken the session, its close writes a new one.
+    ok(&dir, &["repair", "s"]);
+    assert!(ok(&dir, &["verify", "s"]).starts_with("OK s events=6 "));
+}
+
 #[test]
 fn fork_seeds_a_child_that_ends_with_end_seed() {
     let tmp = tempfile::tempdir().unwrap();

@@ -125,6 +125,17 @@ fn import_error(e: ImportError) -> (Failure, bool) {
             false,
         ),
         ImportError::Io { .. } => (Failure::Io(e.to_string()), false),
+        // One session another writer holds: the other sources go on.
+        ImportError::Store { ref source, .. }
+            if matches!(**source, store::Error::Locked { .. }) =>
+        {
+            (
+                Failure::Io(format!(
+                    "{e}\nhint: another process (or handle) is writing that session; the other sources are imported, and this one can be once that writer is done"
+                )),
+                false,
+            )
+        }
         ImportError::Store { ref source, .. }
             if matches!(
                 **source,
@@ -132,7 +143,6 @@ fn import_error(e: ImportError) -> (Failure, bool) {
                     | store::Error::Poisoned(_)
                     | store::Error::Manifest(_)
                     | store::Error::Checkpoint { .. }
-                    | store::Error::Locked { .. }
             ) =>
         {
             // The store itself failed: later files would fail too.
