@@ -1031,3 +1031,94 @@ fn the_cli_shares_a_store_between_two_directories_through_the_archive() {
     assert_eq!(run("h2", &["take-over", "cli-run"]), "took cli-run over\n");
     assert!(run("h2", &["archive-sync"]).starts_with("uploaded "));
 }
+
+/// A file system that, once `armed`, removes a compressed image just
+/// before mapping it: an eviction (of a segment the bucket has) between a
+/// reader's listing of the directory and its map.
+#[derive(Debug, Default)]
+struct EvictedBeforeMap {
+    armed: std::sync::atomic::AtomicBool,
+    evicted: AtomicU32,
+}
+
+impl sessionlog::vfs::Vfs for EvictedBeforeMap {
+    fn create_new(&self, p: &Path) -> std::io::Result<Box<dyn sessionlog::vfs::VfsFile>> {
+        sessionlog::vfs::RealFs.create_new(p)
+    }
+    fn open(&self, p: &Path, w: bool) -> std::io::Result<Box<dyn sessionlog::vfs::VfsFile>> {
+        sessionlog::vfs::RealFs.open(p, w)
+    }
+    fn read_file(&self, p: &Path) -> std::io::Result<Vec<u8>> {
+        sessionlog::vfs::RealFs.read_file(p)
+    }
+    fn map(&self, p: &Path) -> std::io::Result<sessionlog::vfs::SegmentBytes> {
+        if self.armed.load(Ordering::Relaxed) && p.extension().is_some_and(|e| e == "segz") {
+            std::fs::remove_file(p)?;
+            self.evicted.fetch_add(1, Ordering::Relaxed);
+        }
+        sessionlog::vfs::RealFs.map(p)
+    }
+    fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        sessionlog::vfs::RealFs.rename(a, b)
+    }
+    fn rename_noreplace(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        sessionlog::vfs::RealFs.rename_noreplace(a, b)
+    }
+    fn exchange(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        sessionlog::vfs::RealFs.exchange(a, b)
+    }
+    fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+        sessionlog::vfs::RealFs.remove_file(p)
+    }
+    fn remove_dir_all(&self, p: &Path) -> std::io::Result<()> {
+        sessionlog::vfs::RealFs.remove_dir_all(p)
+    }
+    fn create_dir(&self, p: &Path) -> std::io::Result<()> {
+        sessionlog::vfs::RealFs.create_dir(p)
+    }
+    fn sync_dir(&self, p: &Path) -> std::io::Result<()> {
+        sessionlog::vfs::RealFs.sync_dir(p)
+    }
+    fn hard_link(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        sessionlog::vfs::RealFs.hard_link(a, b)
+    }
+    fn read_dir(&self, p: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+        sessionlog::vfs::RealFs.read_dir(p)
+    }
+    fn metadata(&self, p: &Path) -> std::io::Result<sessionlog::vfs::Metadata> {
+        sessionlog::vfs::RealFs.metadata(p)
+    }
+    fn symlink_metadata(&self, p: &Path) -> std::io::Result<sessionlog::vfs::Metadata> {
+        sessionlog::vfs::RealFs.symlink_metadata(p)
+    }
+}
+
+/// A compressed image evicted after a reader listed the session's
+/// directory is read from the bucket, as a raw file evicted so is (it used
+/// to fail the read with "No such file or directory").
+#[test]
+fn an_image_evicted_after_the_listing_is_fetched_raw() {
+    for bucket in buckets("evicted-image") {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a");
+        let (log, cut, images) = compressed_without_archive(&dir, "evicted-image");
+        let opts = || host_options(&bucket, "a", EvictionPolicy::default());
+        let store = Store::open(&dir, opts()).unwrap();
+        append_turns(&store, "s", &log[cut..]);
+        store.archive_sync().unwrap(); // every segment in the bucket
+        store.close().unwrap();
+        let session_dir = dir.join("sessions").join("s");
+        assert_eq!(files_ending(&session_dir, ".segz").len() as u64, images);
+        let vfs = Arc::new(EvictedBeforeMap::default());
+        vfs.armed.store(true, Ordering::Relaxed);
+        let store = Store::open_with_vfs(&dir, opts(), vfs.clone()).unwrap();
+        assert_eq!(read_all(&store, "s"), log, "{}", bucket.name);
+        assert!(
+            vfs.evicted.load(Ordering::Relaxed) > 0,
+            "{}: an image was evicted under the load",
+            bucket.name
+        );
+        store.verify("s").unwrap();
+        store.close().unwrap();
+    }
+}

@@ -6,7 +6,7 @@
 //! rename and its removal of the raw file), and a raw file found gone is
 //! read from its image (it was removed only after the image was durable).
 
-use super::error::{Result, io_at, segment_error};
+use super::error::{Error, Result, io_at, segment_error};
 use super::handle::Store;
 use super::remote::Remote;
 use super::session::Seg;
@@ -111,7 +111,19 @@ impl Store {
                 }
             }
         }
-        self.open_image(id, first_seq, path, ident)
+        match self.open_image(id, first_seq, path, ident) {
+            // Issue 17: an image evicted after the directory was listed;
+            // the bucket holds the segment raw.
+            Err(Error::Io { path: at, source }) if source.kind() == ErrorKind::NotFound => {
+                let raw = path.with_file_name(segment::segment_file_name(first_seq));
+                if self.archive_fetch(&raw) {
+                    let map = self.map_file(&raw)?;
+                    return Ok(Seg::local(first_seq, raw, map));
+                }
+                Err(Error::Io { path: at, source })
+            }
+            other => other,
+        }
     }
 
     fn open_image(
