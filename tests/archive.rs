@@ -9,8 +9,8 @@
 #![cfg(feature = "archive")]
 
 mod common;
-#[path = "common/stale_listings.rs"]
-mod stale_listings;
+#[path = "common/hooked_fs.rs"]
+mod hooked_fs;
 #[path = "common/archive_support.rs"]
 mod support;
 
@@ -607,8 +607,7 @@ fn a_segment_compressed_after_the_uploader_listed_it_is_uploaded_from_its_image(
         let (log, cut, images) = compressed_without_archive(&dir, "stale-images");
         // Every listing shows the images under their raw names: the
         // uploader maps a raw file that is gone, and must read the image.
-        let stale: Arc<dyn sessionlog::vfs::Vfs> =
-            Arc::new(stale_listings::StaleListings(sessionlog::vfs::RealFs));
+        let stale: Arc<dyn sessionlog::vfs::Vfs> = Arc::new(hooked_fs::stale_listings());
         let store = Store::open_with_vfs(
             &dir,
             host_options(&bucket, "a", EvictionPolicy::default()),
@@ -1032,67 +1031,6 @@ fn the_cli_shares_a_store_between_two_directories_through_the_archive() {
     assert!(run("h2", &["archive-sync"]).starts_with("uploaded "));
 }
 
-/// A file system that, once `armed`, removes a compressed image just
-/// before mapping it: an eviction (of a segment the bucket has) between a
-/// reader's listing of the directory and its map.
-#[derive(Debug, Default)]
-struct EvictedBeforeMap {
-    armed: std::sync::atomic::AtomicBool,
-    evicted: AtomicU32,
-}
-
-impl sessionlog::vfs::Vfs for EvictedBeforeMap {
-    fn create_new(&self, p: &Path) -> std::io::Result<Box<dyn sessionlog::vfs::VfsFile>> {
-        sessionlog::vfs::RealFs.create_new(p)
-    }
-    fn open(&self, p: &Path, w: bool) -> std::io::Result<Box<dyn sessionlog::vfs::VfsFile>> {
-        sessionlog::vfs::RealFs.open(p, w)
-    }
-    fn read_file(&self, p: &Path) -> std::io::Result<Vec<u8>> {
-        sessionlog::vfs::RealFs.read_file(p)
-    }
-    fn map(&self, p: &Path) -> std::io::Result<sessionlog::vfs::SegmentBytes> {
-        if self.armed.load(Ordering::Relaxed) && p.extension().is_some_and(|e| e == "segz") {
-            std::fs::remove_file(p)?;
-            self.evicted.fetch_add(1, Ordering::Relaxed);
-        }
-        sessionlog::vfs::RealFs.map(p)
-    }
-    fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
-        sessionlog::vfs::RealFs.rename(a, b)
-    }
-    fn rename_noreplace(&self, a: &Path, b: &Path) -> std::io::Result<()> {
-        sessionlog::vfs::RealFs.rename_noreplace(a, b)
-    }
-    fn exchange(&self, a: &Path, b: &Path) -> std::io::Result<()> {
-        sessionlog::vfs::RealFs.exchange(a, b)
-    }
-    fn remove_file(&self, p: &Path) -> std::io::Result<()> {
-        sessionlog::vfs::RealFs.remove_file(p)
-    }
-    fn remove_dir_all(&self, p: &Path) -> std::io::Result<()> {
-        sessionlog::vfs::RealFs.remove_dir_all(p)
-    }
-    fn create_dir(&self, p: &Path) -> std::io::Result<()> {
-        sessionlog::vfs::RealFs.create_dir(p)
-    }
-    fn sync_dir(&self, p: &Path) -> std::io::Result<()> {
-        sessionlog::vfs::RealFs.sync_dir(p)
-    }
-    fn hard_link(&self, a: &Path, b: &Path) -> std::io::Result<()> {
-        sessionlog::vfs::RealFs.hard_link(a, b)
-    }
-    fn read_dir(&self, p: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
-        sessionlog::vfs::RealFs.read_dir(p)
-    }
-    fn metadata(&self, p: &Path) -> std::io::Result<sessionlog::vfs::Metadata> {
-        sessionlog::vfs::RealFs.metadata(p)
-    }
-    fn symlink_metadata(&self, p: &Path) -> std::io::Result<sessionlog::vfs::Metadata> {
-        sessionlog::vfs::RealFs.symlink_metadata(p)
-    }
-}
-
 /// A compressed image evicted after a reader listed the session's
 /// directory is read from the bucket, as a raw file evicted so is (it used
 /// to fail the read with "No such file or directory").
@@ -1109,12 +1047,22 @@ fn an_image_evicted_after_the_listing_is_fetched_raw() {
         store.close().unwrap();
         let session_dir = dir.join("sessions").join("s");
         assert_eq!(files_ending(&session_dir, ".segz").len() as u64, images);
-        let vfs = Arc::new(EvictedBeforeMap::default());
-        vfs.armed.store(true, Ordering::Relaxed);
-        let store = Store::open_with_vfs(&dir, opts(), vfs.clone()).unwrap();
+        // Each image removed just before it is mapped: an eviction (every
+        // segment is in the bucket) after the loader listed the directory.
+        let evicted = Arc::new(AtomicU32::new(0));
+        let counted = evicted.clone();
+        let vfs = Arc::new(hooked_fs::HookedFs {
+            before_map: Some(Box::new(move |p| {
+                if p.extension().is_some_and(|e| e == "segz") && std::fs::remove_file(p).is_ok() {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+            })),
+            ..hooked_fs::HookedFs::default()
+        });
+        let store = Store::open_with_vfs(&dir, opts(), vfs).unwrap();
         assert_eq!(read_all(&store, "s"), log, "{}", bucket.name);
         assert!(
-            vfs.evicted.load(Ordering::Relaxed) > 0,
+            evicted.load(Ordering::Relaxed) > 0,
             "{}: an image was evicted under the load",
             bucket.name
         );

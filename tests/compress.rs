@@ -11,10 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 mod common;
-#[path = "common/stale_listings.rs"]
-mod stale_listings;
+#[path = "common/hooked_fs.rs"]
+mod hooked_fs;
 use common::{fast_tempdir, turn_log};
-use stale_listings::StaleListings;
 
 fn options(compress: bool) -> Options {
     Options {
@@ -565,7 +564,7 @@ fn a_raw_segment_listed_but_gone_is_read_from_its_image_everywhere() {
     assert!(store.compress_sealed("s").unwrap().segments >= 2);
     store.close().unwrap();
     let stale: std::sync::Arc<dyn sessionlog::vfs::Vfs> =
-        std::sync::Arc::new(StaleListings(sessionlog::vfs::RealFs));
+        std::sync::Arc::new(hooked_fs::stale_listings());
     // Reads with and without the checkpoint (a rebuild maps every segment).
     for rebuild in [false, true] {
         if rebuild {

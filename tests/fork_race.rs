@@ -5,16 +5,15 @@
 //! identity does not match" corruption error pointing into staging.
 
 mod common;
+#[path = "common/hooked_fs.rs"]
+mod hooked_fs;
 
 use common::{fast_tempdir, turn_log};
 use sessionlog::event::{Event, OwnedEvent};
 use sessionlog::header::SessionHeader;
 use sessionlog::store::{Options, Store};
-use sessionlog::vfs::{Metadata, RealFs, SegmentBytes, Vfs, VfsFile};
-use std::ffi::OsString;
-use std::io;
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Small segments and records, so an import seals several segments (a
 /// fork links those).
@@ -69,70 +68,6 @@ fn a_fork_of_a_parent_replaced_since_it_was_loaded_forks_what_it_is_now() {
     check_child(&a, &new, at);
 }
 
-/// The real file system, running `hook` once, just before the first hard
-/// link (a fork linking the parent's first sealed segment).
-struct BeforeFirstLink {
-    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
-}
-
-impl std::fmt::Debug for BeforeFirstLink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("BeforeFirstLink")
-    }
-}
-
-impl Vfs for BeforeFirstLink {
-    fn create_new(&self, p: &Path) -> io::Result<Box<dyn VfsFile>> {
-        RealFs.create_new(p)
-    }
-    fn open(&self, p: &Path, w: bool) -> io::Result<Box<dyn VfsFile>> {
-        RealFs.open(p, w)
-    }
-    fn read_file(&self, p: &Path) -> io::Result<Vec<u8>> {
-        RealFs.read_file(p)
-    }
-    fn map(&self, p: &Path) -> io::Result<SegmentBytes> {
-        RealFs.map(p)
-    }
-    fn rename(&self, a: &Path, b: &Path) -> io::Result<()> {
-        RealFs.rename(a, b)
-    }
-    fn rename_noreplace(&self, a: &Path, b: &Path) -> io::Result<()> {
-        RealFs.rename_noreplace(a, b)
-    }
-    fn exchange(&self, a: &Path, b: &Path) -> io::Result<()> {
-        RealFs.exchange(a, b)
-    }
-    fn remove_file(&self, p: &Path) -> io::Result<()> {
-        RealFs.remove_file(p)
-    }
-    fn remove_dir_all(&self, p: &Path) -> io::Result<()> {
-        RealFs.remove_dir_all(p)
-    }
-    fn create_dir(&self, p: &Path) -> io::Result<()> {
-        RealFs.create_dir(p)
-    }
-    fn sync_dir(&self, p: &Path) -> io::Result<()> {
-        RealFs.sync_dir(p)
-    }
-    fn hard_link(&self, a: &Path, b: &Path) -> io::Result<()> {
-        let hook = self.hook.lock().unwrap().take();
-        if let Some(hook) = hook {
-            hook();
-        }
-        RealFs.hard_link(a, b)
-    }
-    fn read_dir(&self, p: &Path) -> io::Result<Vec<OsString>> {
-        RealFs.read_dir(p)
-    }
-    fn metadata(&self, p: &Path) -> io::Result<Metadata> {
-        RealFs.metadata(p)
-    }
-    fn symlink_metadata(&self, p: &Path) -> io::Result<Metadata> {
-        RealFs.symlink_metadata(p)
-    }
-}
-
 #[test]
 fn a_fork_whose_parent_is_replaced_while_it_links_is_forked_again() {
     let dir = fast_tempdir();
@@ -144,18 +79,24 @@ fn a_fork_whose_parent_is_replaced_while_it_links_is_forked_again() {
     }
     let path = dir.path().to_owned();
     let replace = new.clone();
-    let vfs = Arc::new(BeforeFirstLink {
-        hook: Mutex::new(Some(Box::new(move || {
-            // Another handle replaces the parent between the fork's read of
-            // it and its links.
+    let ran = Arc::new(AtomicBool::new(false));
+    let once = ran.clone();
+    let vfs = Arc::new(hooked_fs::HookedFs {
+        before_link: Some(Box::new(move |_| {
+            if once.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            // Another handle replaces the parent between the fork's read
+            // of it and its first link.
             let b = Store::open(&path, options()).unwrap();
             import(&b, &replace, true);
             b.close().unwrap();
-        }))),
+        })),
+        ..hooked_fs::HookedFs::default()
     });
-    let a = Store::open_with_vfs(dir.path(), options(), vfs.clone()).unwrap();
+    let a = Store::open_with_vfs(dir.path(), options(), vfs).unwrap();
     let at = seed_len(&old);
     a.fork("p", at, SessionHeader::new("child", 0)).unwrap();
-    assert!(vfs.hook.lock().unwrap().is_none(), "the hook ran");
+    assert!(ran.load(Ordering::SeqCst), "the hook ran");
     check_child(&a, &new, at);
 }

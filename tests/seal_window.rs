@@ -14,82 +14,15 @@
 //! the footer).
 
 mod common;
+#[path = "common/hooked_fs.rs"]
+mod hooked_fs;
 
 use common::{fast_tempdir, turn_log};
 use sessionlog::header::SessionHeader;
 use sessionlog::store::{Options, Store};
-use sessionlog::vfs::{Metadata, RealFs, SegmentBytes, Vfs, VfsFile};
-use std::ffi::OsString;
-use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-
-/// Cuts `target` to `len` bytes right after its second mapping, as the
-/// writer's seal would cut it right after a reader mapped it.
-#[derive(Debug)]
-struct CutAfterSecondMap {
-    target: PathBuf,
-    len: u64,
-    maps: AtomicU32,
-    cut: AtomicBool,
-}
-
-impl Vfs for CutAfterSecondMap {
-    fn map(&self, p: &Path) -> io::Result<SegmentBytes> {
-        let map = RealFs.map(p)?;
-        if p == self.target && self.maps.fetch_add(1, Ordering::SeqCst) == 1 {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(p)?
-                .set_len(self.len)?;
-            self.cut.store(true, Ordering::SeqCst);
-        }
-        Ok(map)
-    }
-    fn create_new(&self, p: &Path) -> io::Result<Box<dyn VfsFile>> {
-        RealFs.create_new(p)
-    }
-    fn open(&self, p: &Path, w: bool) -> io::Result<Box<dyn VfsFile>> {
-        RealFs.open(p, w)
-    }
-    fn read_file(&self, p: &Path) -> io::Result<Vec<u8>> {
-        RealFs.read_file(p)
-    }
-    fn rename(&self, a: &Path, b: &Path) -> io::Result<()> {
-        RealFs.rename(a, b)
-    }
-    fn rename_noreplace(&self, a: &Path, b: &Path) -> io::Result<()> {
-        RealFs.rename_noreplace(a, b)
-    }
-    fn exchange(&self, a: &Path, b: &Path) -> io::Result<()> {
-        RealFs.exchange(a, b)
-    }
-    fn remove_file(&self, p: &Path) -> io::Result<()> {
-        RealFs.remove_file(p)
-    }
-    fn remove_dir_all(&self, p: &Path) -> io::Result<()> {
-        RealFs.remove_dir_all(p)
-    }
-    fn create_dir(&self, p: &Path) -> io::Result<()> {
-        RealFs.create_dir(p)
-    }
-    fn sync_dir(&self, p: &Path) -> io::Result<()> {
-        RealFs.sync_dir(p)
-    }
-    fn hard_link(&self, a: &Path, b: &Path) -> io::Result<()> {
-        RealFs.hard_link(a, b)
-    }
-    fn read_dir(&self, p: &Path) -> io::Result<Vec<OsString>> {
-        RealFs.read_dir(p)
-    }
-    fn metadata(&self, p: &Path) -> io::Result<Metadata> {
-        RealFs.metadata(p)
-    }
-    fn symlink_metadata(&self, p: &Path) -> io::Result<Metadata> {
-        RealFs.symlink_metadata(p)
-    }
-}
 
 #[test]
 fn a_reader_that_maps_a_segment_between_its_footer_and_its_cut_reads_nothing_past_the_footer() {
@@ -120,17 +53,32 @@ fn a_reader_that_maps_a_segment_between_its_footer_and_its_cut_reads_nothing_pas
             .unwrap()
             .set_len(sealed_len + (256 << 10))
             .unwrap();
-        let vfs = Arc::new(CutAfterSecondMap {
-            target: segs[0].clone(),
-            len: sealed_len,
-            maps: AtomicU32::new(0),
-            cut: AtomicBool::new(false),
+        // The file cut to its sealed length right after its second mapping,
+        // as the writer's seal would cut it right after a reader mapped it.
+        let (target, maps, cut) = (
+            segs[0].clone(),
+            AtomicU32::new(0),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let done = cut.clone();
+        let vfs = Arc::new(hooked_fs::HookedFs {
+            after_map: Some(Box::new(move |p| {
+                if p == target && maps.fetch_add(1, Ordering::SeqCst) == 1 {
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(p)
+                        .and_then(|f| f.set_len(sealed_len))
+                        .unwrap();
+                    done.store(true, Ordering::SeqCst);
+                }
+            })),
+            ..hooked_fs::HookedFs::default()
         });
-        let reader = Store::open_read_only_with_vfs(dir.path(), vfs.clone()).unwrap();
+        let reader = Store::open_read_only_with_vfs(dir.path(), vfs).unwrap();
         let (_, events) = reader.load("s").unwrap();
         assert_eq!(events, log, "checkpoint: {with_checkpoint}");
         assert!(
-            vfs.cut.load(Ordering::SeqCst),
+            cut.load(Ordering::SeqCst),
             "checkpoint: {with_checkpoint}: the reader mapped the segment twice, \
              so the cut landed between its mapping and its reads"
         );
