@@ -622,8 +622,9 @@ impl Store {
     fn rebuild_without_checkpoint(&self, s: &mut Session, why: String) -> Result<()> {
         let id = s.header.id.clone();
         // The rebuild replaces the session whole (its writer too, under the
-        // same writer lock); the old one never appended anything after its
-        // checkpoint.
+        // same writer lock). What the old one appended since it was loaded
+        // is in the files, maybe unsynced (a derive's check runs after
+        // appends): the new one counts it unsynced, and keeps the poison.
         let placeholder = self.new_session(s.header.clone())?;
         let mut old = std::mem::replace(s, placeholder);
         let entry = SessionEntry {
@@ -632,9 +633,21 @@ impl Store {
             dir: old.dir.clone(),
         };
         let lock = old.lock.take();
+        let (poisoned, used) = (old.poisoned, old.used);
         drop(old);
-        let (mut fresh, mut rec) = self.load_session_with(entry, lock.is_some(), false)?;
+        let (mut fresh, mut rec) = match self.load_session_with(entry, lock.is_some(), false) {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                // Loaded again by its next user (the lock goes with the
+                // old session; a next writer counts its records unsynced).
+                s.placeholder = true;
+                return Err(e);
+            }
+        };
+        fresh.dirty = lock.is_some();
         fresh.lock = lock;
+        fresh.poisoned = poisoned;
+        fresh.used = used;
         rec.rebuild_reason = Some(why);
         *s = fresh;
         self.inner.recoveries.lock().expect("lock").insert(id, rec);

@@ -286,11 +286,14 @@ impl Store {
                 // A segment whose header a crash cut holds no record.
                 continue;
             };
-            let mut dirty = false;
+            // Whether an entry of this segment is replayed: written now, or
+            // found in place.
+            let mut relied_on = false;
             for en in list {
                 if ident.store_id != self.inner.store_id || ident.session_uid != en.uid {
                     continue; // a stale entry of a session since replaced
                 }
+                relied_on = true;
                 // An entry starts inside its segment or right at its end (a
                 // lost write after the last record on disk; entries come in
                 // segment order, and those of a handle's files are sorted
@@ -338,10 +341,13 @@ impl Store {
                     });
                 }
                 file.write_all_at(en.record, en.offset).map_err(io_err)?;
-                dirty = true;
                 written += 1;
             }
-            if dirty {
+            // Synced even when every record was in place already: a
+            // record found in the page cache (its writer killed before its
+            // segment's sync) is not durable, and the journal copy that is
+            // may be removed once this returns.
+            if relied_on {
                 file.sync_data().map_err(io_err)?;
             }
         }

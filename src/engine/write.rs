@@ -134,6 +134,16 @@ impl Store {
         fresh.lock = s.lock.take();
         fresh.used = s.used;
         *s = fresh;
+        // Records past the checkpoint may be in the page cache only (their
+        // writer died before its sync: Batched, None, or the journal's
+        // background sync): this writer builds on them and checkpoints
+        // them, so they count as unsynced, and the next sync (an append's,
+        // the group commit's, a flush's, a release's; always before a
+        // checkpoint) makes them durable. A checkpoint covers synced
+        // records only.
+        if rec.replayed > 0 || !rec.used_checkpoint {
+            s.dirty = true;
+        }
         // Images a killed compressor left half written, whatever this
         // handle's options (a `compress` killed mid-write is swept by any
         // later writer, not only by one that compresses in the background).
