@@ -210,13 +210,13 @@ fn short_reads_are_handled() {
     check_recovered(&root, &model, "short reads");
 }
 
-#[test]
-fn a_failed_sync_poisons_until_reopen() {
-    let dir = fast_tempdir();
-    let root = dir.path().join("store");
+/// A store in `root` (through a fault-injecting file system) whose session
+/// "s" holds 3 events of `log` and whose next append's `fdatasync` failed:
+/// the session is poisoned. Returns the store, the file system, the log.
+fn poisoned_store(root: &Path) -> (Store, FaultFs, Vec<sessionlog::event::OwnedEvent>) {
     let fault = FaultFs::new(vfs::real(), FaultPlan::default());
     let fs: Arc<dyn Vfs> = Arc::new(fault.clone());
-    let store = Store::open_with_vfs(&root, options(), fs).unwrap();
+    let store = Store::open_with_vfs(root, options(), fs).unwrap();
     store.create(SessionHeader::new("s", 0)).unwrap();
     let log = turn_log(4, "s");
     store.append("s", &log[..3]).unwrap();
@@ -234,6 +234,15 @@ fn a_failed_sync_poisons_until_reopen() {
         fault.failed_ops()
     );
     assert!(matches!(err, Error::Io { .. }), "{err}");
+    fault.set_plan(FaultPlan::default());
+    (store, fault, log)
+}
+
+#[test]
+fn a_failed_sync_poisons_until_reopen() {
+    let dir = fast_tempdir();
+    let root = dir.path().join("store");
+    let (store, _, log) = poisoned_store(&root);
     assert!(matches!(
         store.append("s", &log[3..6]),
         Err(Error::Poisoned(_))
@@ -248,6 +257,83 @@ fn a_failed_sync_poisons_until_reopen() {
     let next = got.len();
     store.append("s", &log[next..next + 3]).unwrap();
     store.verify("s").unwrap();
+}
+
+/// A refused import of a session's id, or a failed delete, leaves the
+/// session this handle writes as it was: still poisoned after a failed
+/// sync (before, either made it a placeholder that the next append reloaded
+/// from the page cache and acknowledged on top of a page the disk may have
+/// dropped).
+#[test]
+fn a_failed_import_or_delete_keeps_the_poison() {
+    for step in ["import", "delete"] {
+        let dir = fast_tempdir();
+        let (store, fault, log) = poisoned_store(&dir.path().join("store"));
+        match step {
+            "import" => {
+                let events: Vec<_> = log
+                    .iter()
+                    .map(sessionlog::event::OwnedEvent::borrowed)
+                    .collect();
+                let e = store
+                    .import(SessionHeader::new("s", 0), &events, false)
+                    .unwrap_err();
+                assert!(matches!(e, Error::Exists(_)), "{e}");
+            }
+            _ => {
+                // Every operation fails from here: the delete cannot.
+                fault.set_plan(FaultPlan {
+                    fail_at: Some(fault.ops() + 1),
+                    persistent: true,
+                    ..FaultPlan::default()
+                });
+                store.delete("s").unwrap_err();
+                fault.set_plan(FaultPlan::default());
+            }
+        }
+        assert!(
+            matches!(store.append("s", &log[3..6]), Err(Error::Poisoned(_))),
+            "after a failed {step}"
+        );
+    }
+}
+
+/// One poisoned session does not stop the others' checkpoints at close
+/// (a flush used to return at the first error, so every session after it
+/// was left to a full replay at the next open).
+#[test]
+fn close_checkpoints_every_session_past_a_poisoned_one() {
+    let dir = fast_tempdir();
+    let root = dir.path().join("store");
+    let fault = FaultFs::new(vfs::real(), FaultPlan::default());
+    let fs: Arc<dyn Vfs> = Arc::new(fault.clone());
+    let store = Store::open_with_vfs(&root, options(), fs).unwrap();
+    let ids: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
+    for id in &ids {
+        store.create(SessionHeader::new(id.as_str(), 0)).unwrap();
+        store.append(id, &turn_log(4, id)[..3]).unwrap();
+    }
+    // One session gets a failed sync (it is poisoned).
+    let poisoned = ids[0].clone();
+    let start = fault.ops();
+    fault.set_plan(FaultPlan {
+        fail_at: Some(start + 2), // the append's sync_data
+        ..FaultPlan::default()
+    });
+    store
+        .append(&poisoned, &turn_log(4, &poisoned)[3..6])
+        .unwrap_err();
+    fault.set_plan(FaultPlan::default());
+    assert!(matches!(store.close(), Err(Error::Poisoned(_))));
+    let store = Store::open(&root, options()).unwrap();
+    for id in ids.iter().filter(|id| **id != poisoned) {
+        store.read_from(id, 0).unwrap();
+        let rec = store.recovery(id).unwrap();
+        assert!(
+            rec.used_checkpoint && rec.replayed == 0,
+            "{id}: checkpointed at close: {rec:?}"
+        );
+    }
 }
 
 #[test]

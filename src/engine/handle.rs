@@ -480,8 +480,20 @@ impl Store {
         f: impl FnOnce(&mut Session) -> Result<T>,
     ) -> Result<T> {
         self.open_handle()?;
-        let slot = self.slot(id)?;
+        let mut slot = self.slot(id)?;
         let mut s = slot.lock().expect("session lock");
+        // An entry forgotten while this call waited for it (its load failed
+        // in another thread, the session was deleted) is nobody's any more:
+        // loading it would make a second session object for the id, with a
+        // writer and a lock of its own (the same process's lock, so taking
+        // it again succeeds). The map's current entry is used instead.
+        while !self.is_current(id, &slot) {
+            drop(s);
+            slot = self.slot(id)?;
+            s = slot.lock().expect("session lock");
+        }
+        // Closed while this call waited: nothing more is written.
+        self.open_handle()?;
         let ready = if s.placeholder {
             self.load_into(&mut s, id)
         } else {
@@ -508,6 +520,16 @@ impl Store {
         if self.inner.decoded.load(Ordering::Relaxed) > self.inner.options.max_decoded_images {
             s.release_images();
         }
+    }
+
+    /// Whether `slot` is session `id`'s entry in the map (not one forgotten).
+    fn is_current(&self, id: &str, slot: &Arc<Mutex<Session>>) -> bool {
+        self.inner
+            .sessions
+            .read()
+            .expect("sessions lock")
+            .get(id)
+            .is_some_and(|s| Arc::ptr_eq(s, slot))
     }
 
     /// The map entry of session `id`, added (as a placeholder, loaded by the
@@ -667,12 +689,17 @@ impl Store {
         })
     }
 
-    /// Makes every append durable and writes checkpoints.
+    /// Makes every append durable and writes checkpoints, for every session
+    /// whatever another one's failure (a poisoned session, a failed sync);
+    /// the first error is returned.
     pub fn flush(&self) -> Result<()> {
         if self.inner.read_only {
             return Ok(());
         }
-        sync_dirty(&self.inner.sessions)?;
+        // Every session gets its sync and its checkpoint whatever another's
+        // fails with (one poisoned session must not leave the others'
+        // checkpoints unwritten at close); the first error is returned.
+        let mut first_error = sync_dirty(&self.inner.sessions).err();
         let sessions: Vec<_> = self
             .inner
             .sessions
@@ -686,11 +713,13 @@ impl Store {
             if s.since_checkpoint > 0 && !s.poisoned && s.lock.is_some() {
                 // A complete checkpoint brings the derive cache up to date,
                 // which decodes the images holding its messages.
-                self.write_checkpoint(&mut s, true)?;
+                if let Err(e) = self.write_checkpoint(&mut s, true) {
+                    first_error.get_or_insert(e);
+                }
                 self.within_image_budget(&mut s);
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Flushes and closes the store: every session is synced, checkpointed

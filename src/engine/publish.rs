@@ -294,8 +294,14 @@ impl Store {
         // replace or write the id meanwhile.
         let slot = self.slot(&id)?;
         let mut s = slot.lock().expect("session lock");
+        // A session this handle writes (an import of its id refused, or a
+        // replace that failed) stays as it is on a failure: its unsynced
+        // appends, its writer and lock, its poison. Anything else (a
+        // placeholder, a session only read) gives back the lock the build
+        // took and is loaded again by its next user.
+        let writing = !s.placeholder && !s.unpublished && s.lock.is_some();
         let built = self.build_and_publish_locked(&mut s, header, events, prepare, mode, progress);
-        if built.is_err() {
+        if built.is_err() && !writing {
             s.lock = None;
             s.writer = None;
             s.placeholder = true;

@@ -526,6 +526,7 @@ impl Store {
             .is_some();
         let slot = self.slot(id)?;
         let mut s = slot.lock().expect("session lock");
+        let writing = !s.placeholder && !s.unpublished && s.lock.is_some();
         let deleted = (|| {
             let Some(entry) = self.entry(id)? else {
                 return if was_pending {
@@ -544,11 +545,16 @@ impl Store {
                 .map_err(|(path, source)| Error::Io { path, source })?;
             self.archive_forget(id) // issue 17: its objects too
         })();
-        s.writer = None;
-        s.lock = None;
-        s.placeholder = true;
-        drop(s);
-        self.forget(id, &slot);
+        // A failed delete leaves a session this handle writes as it is
+        // (unsynced appends, writer, lock, poison); anything else is
+        // forgotten and loaded again by its next user.
+        if deleted.is_ok() || !writing {
+            s.writer = None;
+            s.lock = None;
+            s.placeholder = true;
+            drop(s);
+            self.forget(id, &slot);
+        }
         deleted
     }
 

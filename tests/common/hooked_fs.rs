@@ -11,6 +11,7 @@ use std::path::Path;
 
 type Listing = Box<dyn Fn(&Path, Vec<OsString>) -> Vec<OsString> + Send + Sync>;
 type Hook = Box<dyn Fn(&Path) + Send + Sync>;
+type Gate = Box<dyn Fn(&Path) -> io::Result<()> + Send + Sync>;
 
 /// The real file system, with optional hooks.
 #[derive(Default)]
@@ -23,6 +24,8 @@ pub struct HookedFs {
     pub after_map: Option<Hook>,
     /// Runs before every hard link (with the link's source).
     pub before_link: Option<Hook>,
+    /// Runs before every directory listing; an error fails the listing.
+    pub before_read_dir: Option<Gate>,
 }
 
 impl std::fmt::Debug for HookedFs {
@@ -98,6 +101,9 @@ impl Vfs for HookedFs {
         RealFs.hard_link(a, b)
     }
     fn read_dir(&self, p: &Path) -> io::Result<Vec<OsString>> {
+        if let Some(hook) = &self.before_read_dir {
+            hook(p)?;
+        }
         let names = RealFs.read_dir(p)?;
         Ok(match &self.listing {
             Some(rewrite) => rewrite(p, names),

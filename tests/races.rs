@@ -1,8 +1,14 @@
-//! A fork whose parent another handle replaces (`import` with `replace`):
-//! before it started (the forking handle had the old incarnation loaded),
-//! or while it links the parent's sealed segments. The child holds one
-//! incarnation whole; before, the fork failed with a false "segment
-//! identity does not match" corruption error pointing into staging.
+//! Races the store must lose gracefully, made deterministic with hooks in
+//! the file system (`tests/common/hooked_fs.rs`):
+//!
+//! - a fork whose parent another handle replaces (`import` with `replace`):
+//!   before it started (the forking handle had the old incarnation loaded),
+//!   or while it links the parent's sealed segments. The child holds one
+//!   incarnation whole; before, the fork failed with a false "segment
+//!   identity does not match" corruption error pointing into staging;
+//! - a call that waited for a session whose load failed in another thread
+//!   (which forgets the entry): it must use the map's new entry, never load
+//!   the forgotten one as a second session object with a lock of its own.
 
 mod common;
 #[path = "common/hooked_fs.rs"]
@@ -11,6 +17,7 @@ mod hooked_fs;
 use common::{fast_tempdir, turn_log};
 use sessionlog::event::{Event, OwnedEvent};
 use sessionlog::header::SessionHeader;
+use sessionlog::store::Error;
 use sessionlog::store::{Options, Store};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,4 +106,51 @@ fn a_fork_whose_parent_is_replaced_while_it_links_is_forked_again() {
     a.fork("p", at, SessionHeader::new("child", 0)).unwrap();
     assert!(ran.load(Ordering::SeqCst), "the hook ran");
     check_child(&a, &new, at);
+}
+
+/// Thread 1's load of session "s" fails (a listing error after a pause),
+/// which forgets the map's entry while thread 2 waits for it. Thread 2 must
+/// then load the map's new entry: before, it loaded the forgotten one, so
+/// the handle held two session objects for "s", each taking the writer lock
+/// through the process's one lock descriptor, and dropping one gave the
+/// lock back under the other, letting a second handle write.
+#[test]
+fn a_call_waiting_for_a_session_whose_load_failed_uses_the_new_entry() {
+    let dir = fast_tempdir();
+    let log = turn_log(6, "s");
+    {
+        let setup = Store::open(dir.path(), options()).unwrap();
+        import(&setup, &log[..3], false);
+        setup.close().unwrap();
+    }
+    let session = Store::session_dir_in(dir.path(), "p").unwrap();
+    let failed = Arc::new(AtomicBool::new(false));
+    let once = failed.clone();
+    let vfs = Arc::new(hooked_fs::HookedFs {
+        before_read_dir: Some(Box::new(move |p| {
+            if p == session && !once.swap(true, Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                return Err(std::io::Error::other("injected: listing failed"));
+            }
+            Ok(())
+        })),
+        ..hooked_fs::HookedFs::default()
+    });
+    let a = Store::open_with_vfs(dir.path(), options(), vfs).unwrap();
+    std::thread::scope(|scope| {
+        let first = scope.spawn(|| a.read_from("p", 0));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let second = scope.spawn(|| a.append("p", &log[3..]));
+        assert!(first.join().unwrap().is_err(), "the first load failed");
+        second.join().unwrap().unwrap();
+    });
+    assert!(failed.load(Ordering::SeqCst));
+    // One more append through the handle's entry, then another handle
+    // must find the session's writer lock held.
+    assert_eq!(a.read_from("p", 0).unwrap(), log);
+    let b = Store::open(dir.path(), options()).unwrap();
+    match b.append("p", &turn_log(7, "s")[6..]) {
+        Err(Error::Locked { .. }) => {}
+        other => panic!("a second handle must find the lock held: {other:?}"),
+    }
 }
