@@ -298,6 +298,69 @@ fn a_failed_import_or_delete_keeps_the_poison() {
     }
 }
 
+/// An import (new, or replacing a session) whose rename happened but whose
+/// directory sync failed leaves the session visible and not known durable:
+/// like a failed fsync of an append, it is poisoned, with its lock, so
+/// nothing is acknowledged on top of it (before, the lock was given back
+/// and the next append was acknowledged over a rename the disk may lose).
+#[test]
+fn an_import_whose_directory_sync_failed_is_poisoned() {
+    let log = turn_log(4, "s");
+    let events: Vec<_> = log
+        .iter()
+        .map(sessionlog::event::OwnedEvent::borrowed)
+        .collect();
+    for replace in [false, true] {
+        let mut found = false;
+        for k in 1..200 {
+            let dir = fast_tempdir();
+            let root = dir.path().join("store");
+            let fault = FaultFs::new(vfs::real(), FaultPlan::default());
+            let fs: Arc<dyn Vfs> = Arc::new(fault.clone());
+            let store = Store::open_with_vfs(&root, options(), fs).unwrap();
+            if replace {
+                store
+                    .import(SessionHeader::new("s", 0), &events[..3], false)
+                    .unwrap();
+            }
+            fault.set_plan(FaultPlan {
+                fail_at: Some(fault.ops() + k),
+                ..FaultPlan::default()
+            });
+            let result = store.import(SessionHeader::new("s", 0), &events, replace);
+            fault.set_plan(FaultPlan::default());
+            let Err(e) = result else {
+                if fault.failed_ops().is_empty() {
+                    break; // past the import's last operation
+                }
+                continue; // a failure the import got past
+            };
+            let failed = fault.failed_ops()[0].1.clone();
+            let sessions_dir = root.join("sessions");
+            if !failed.starts_with(&format!("sync_dir {}", sessions_dir.display())) {
+                continue;
+            }
+            // Only a sync after the rename (the new session is what reads).
+            if store.read_from("s", 0).ok().as_deref() != Some(&log[..]) {
+                continue;
+            }
+            assert!(matches!(e, Error::Io { .. }), "{e}");
+            assert!(
+                matches!(
+                    store.append("s", &turn_log(5, "s")[6..]),
+                    Err(Error::Poisoned(_))
+                ),
+                "replace {replace}: op {k} ({failed})"
+            );
+            found = true;
+        }
+        assert!(
+            found,
+            "replace {replace}: no directory sync after the rename failed"
+        );
+    }
+}
+
 /// One poisoned session does not stop the others' checkpoints at close
 /// (a flush used to return at the first error, so every session after it
 /// was left to a full replay at the next open).

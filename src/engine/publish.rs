@@ -301,7 +301,9 @@ impl Store {
         // took and is loaded again by its next user.
         let writing = !s.placeholder && !s.unpublished && s.lock.is_some();
         let built = self.build_and_publish_locked(&mut s, header, events, prepare, mode, progress);
-        if built.is_err() && !writing {
+        // (A session published but not known durable is in the slot now,
+        // poisoned, with its lock: kept too.)
+        if built.is_err() && !writing && !s.poisoned {
             s.lock = None;
             s.writer = None;
             s.placeholder = true;
@@ -388,20 +390,26 @@ impl Store {
             // failure after it (syncing, removing the old) leaves the new
             // one: either way nothing is partial, and the staged path holds
             // whichever is not live (discarded at the next open).
-            registry
-                .replace(&staged, &id)
-                .map_err(|(path, source)| (false, Error::Io { path, source }))
+            registry.replace(&staged, &id)
         } else {
-            registry.publish(&staged, &id).map_err(|e| match e {
-                // Visible already: nothing to discard.
-                PublishError::Unsynced(..) => (false, publish_error(e, &id)),
-                e => (true, publish_error(e, &id)),
-            })
+            registry.publish(&staged, &id)
         };
         match published {
             Ok(live) => c.move_to(live),
-            Err((discard, e)) => {
-                if discard {
+            // Visible, but not known durable (a failed directory sync):
+            // like a failed fsync of an append, the session is poisoned,
+            // with its lock, so nothing is acknowledged on top of it.
+            Err(PublishError::Unsynced(live, path, source)) => {
+                c.move_to(live);
+                c.poisoned = true;
+                c.lock = s.lock.take();
+                *s = c;
+                return Err(Error::Io { path, source });
+            }
+            // Nothing visible changed (a replace's old session is in place).
+            Err(e) => {
+                let e = publish_error(e, &id);
+                if !existing {
                     let _ = registry.discard(&staged);
                 }
                 return Err(e);

@@ -443,21 +443,28 @@ impl Registry {
 
     /// Swaps a staged session in for the live session `id` (which must
     /// exist), then removes the old one. At every instant one of the two is
-    /// in place; the swap is durable when this returns.
-    pub(crate) fn replace(&self, staged: &Path, id: &str) -> Result<PathBuf, (PathBuf, io::Error)> {
+    /// in place; the swap is durable when this returns. A failure before
+    /// the exchange is [`PublishError::Io`] (the old session in place); a
+    /// failed sync after it is [`PublishError::Unsynced`] (the new one
+    /// visible, its durability unknown). The old one's removal is best
+    /// effort: what stays in staging is discarded at the next open.
+    pub(crate) fn replace(&self, staged: &Path, id: &str) -> Result<PathBuf, PublishError> {
         let live = self
             .live_dir(id)
-            .map_err(|e| (staged.to_owned(), io::Error::other(e)))?;
-        self.vfs.sync_dir(staged).map_err(io_at(staged))?;
-        self.vfs.exchange(staged, &live).map_err(io_at(&live))?;
+            .map_err(|e| PublishError::Io(staged.to_owned(), io::Error::other(e)))?;
         self.vfs
-            .sync_dir(&self.sessions)
-            .map_err(io_at(&self.sessions))?;
+            .sync_dir(staged)
+            .map_err(|e| PublishError::Io(staged.to_owned(), e))?;
         self.vfs
-            .sync_dir(&self.staging)
-            .map_err(io_at(&self.staging))?;
+            .exchange(staged, &live)
+            .map_err(|e| PublishError::Io(live.clone(), e))?;
+        for dir in [&self.sessions, &self.staging] {
+            self.vfs
+                .sync_dir(dir)
+                .map_err(|e| PublishError::Unsynced(live.clone(), dir.clone(), e))?;
+        }
         // `staged` now holds the old session.
-        self.discard(staged)?;
+        let _ = self.discard(staged);
         Ok(live)
     }
 
