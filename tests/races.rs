@@ -154,3 +154,32 @@ fn a_call_waiting_for_a_session_whose_load_failed_uses_the_new_entry() {
         other => panic!("a second handle must find the lock held: {other:?}"),
     }
 }
+
+/// Past `max_open_sessions`, a handle releases its least recently used
+/// sessions, writer locks included: a session just imported counts as just
+/// used. Before, an import left the session's use clock at 0, so the
+/// newest import was the first released (by id order among the imports)
+/// and another handle could take it while this one was still writing.
+#[test]
+fn eviction_releases_the_least_recently_used_import_first() {
+    let dir = fast_tempdir();
+    let opts = || Options {
+        max_open_sessions: 2,
+        ..options()
+    };
+    let a = Store::open(dir.path(), opts()).unwrap();
+    let log = turn_log(2, "s");
+    let events: Vec<Event<'_>> = log.iter().map(OwnedEvent::borrowed).collect();
+    // "z" first (the least recently used), then "a", then "b": adding "b"
+    // releases one session, "z".
+    for id in ["z", "a", "b"] {
+        a.import(SessionHeader::new(id, 0), &events[..3], false)
+            .unwrap();
+    }
+    let b = Store::open(dir.path(), opts()).unwrap();
+    b.append("z", &log[3..]).unwrap();
+    match b.append("b", &log[3..]) {
+        Err(Error::Locked { .. }) => {}
+        other => panic!("the newest import is still the first handle's: {other:?}"),
+    }
+}

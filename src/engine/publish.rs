@@ -415,9 +415,14 @@ impl Store {
                 return Err(e);
             }
         }
-        // The new session takes the entry's place, with the lock.
+        // The new session takes the entry's place, with the lock, as the
+        // most recently used (eviction releases the least recently used).
         c.lock = s.lock.take();
         c.dir_ino = self.inner.vfs.metadata(&c.dir).map_or(0, |m| m.ino);
+        c.used = self
+            .inner
+            .clock
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         *s = c;
         // Segments the build sealed, now in their final directory.
         self.queue_compression(s, None);
