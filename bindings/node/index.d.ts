@@ -60,6 +60,13 @@ export interface OpenOptions {
   compressSealed?: boolean
   /** Share one sync among the durable appends of many sessions (a store-wide journal). */
   journal?: boolean
+  /**
+   * Sessions kept loaded at once (default 512). A session this process wrote
+   * stays its own (another process's append gets `SESSIONLOG_LOCKED`) while it
+   * is loaded; past this many, the least recently used idle ones are released,
+   * writer lock included. Size it to the sessions one process owns at once.
+   */
+  maxOpenSessions?: number
 }
 
 /** Open (creating if absent) the store at an absolute root; the disk is touched by the first hook. */

@@ -116,7 +116,7 @@ fn canonical(root: &Path) -> Result<PathBuf> {
 /// The store options a JavaScript caller may choose
 /// (`openSessionLog(root, options)`). Both keep every append durable when
 /// it resolves; they change how the store gets there and what it keeps.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreOptions {
     /// [`Options::compress_sealed`]: sealed segments stored compressed, by
     /// a background thread.
@@ -124,15 +124,28 @@ pub struct StoreOptions {
     /// [`Options::journal`]: durable appends of many sessions share one
     /// sync of a store-wide journal.
     pub journal: bool,
+    /// [`Options::max_open_sessions`]: sessions kept loaded (and owned, for
+    /// those this process writes) at once.
+    pub max_open_sessions: usize,
 }
 
-/// As JavaScript passes them: `{ journal: false, compressSealed: true }`.
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            compress_sealed: false,
+            journal: false,
+            max_open_sessions: Options::default().max_open_sessions,
+        }
+    }
+}
+
+/// As JavaScript passes them: `{ journal: false, compressSealed: true, maxOpenSessions: 512 }`.
 impl std::fmt::Display for StoreOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{{ journal: {}, compressSealed: {} }}",
-            self.journal, self.compress_sealed
+            "{{ journal: {}, compressSealed: {}, maxOpenSessions: {} }}",
+            self.journal, self.compress_sealed, self.max_open_sessions
         )
     }
 }
@@ -167,6 +180,7 @@ pub fn acquire(root: &Path, wanted: StoreOptions) -> Result<Arc<Shared>> {
         close_interrupted_turns: false,
         compress_sealed: wanted.compress_sealed,
         journal: wanted.journal,
+        max_open_sessions: wanted.max_open_sessions,
         ..Options::default()
     };
     let store = Store::open(&root, options)?;
@@ -207,6 +221,14 @@ fn parse_events(text: &str) -> Result<Vec<Event<'_>>> {
         .map(|raw| {
             let fields = Fields::parse(raw.get())
                 .map_err(|e| bad(format!("event is not a JSON object: {e}")))?;
+            // `JSON.parse` keeps a repeated key's last value, the store would
+            // index the first: the two would disagree on the seq (or time).
+            if let Some(key) = fields.duplicate_key() {
+                return Err(bad(format!(
+                    "event has the key {key:?} twice (JSON.parse keeps the last one): {}",
+                    raw.get()
+                )));
+            }
             let seq = fields.get("seq").and_then(json::safe_u64).ok_or_else(|| {
                 bad(format!(
                     "event lacks a non-negative safe integer seq: {}",
@@ -460,14 +482,19 @@ impl Shared {
                     ),
                 ));
             }
-            self.torn_repaired
-                .lock()
-                .expect("torn lock")
-                .insert(id.clone());
         }
         let closers = parse_events(closers)?;
         if !closers.is_empty() {
             self.store.append(&id, &closers)?;
+        }
+        // Only a repair that took effect retires the marker: a refused one
+        // (bad closers, a failed write) changes nothing and can be retried
+        // with the same marker.
+        if torn_marker.is_some() {
+            self.torn_repaired
+                .lock()
+                .expect("torn lock")
+                .insert(id.clone());
         }
         Ok(())
     }

@@ -117,6 +117,13 @@ pub struct OpenOptions {
     /// Share one sync among the durable appends of many sessions
     /// (`Options::journal`: pays off with many sessions written at once).
     pub journal: Option<bool>,
+    /// Sessions the store keeps loaded at once (`Options::max_open_sessions`,
+    /// default 512). A session this process wrote stays its own (its writer
+    /// lock held: another process's append gets `SESSIONLOG_LOCKED`) while
+    /// it is loaded; past this many, the least recently used idle ones are
+    /// released, lock included, and another process may then write them.
+    /// Size it to the sessions one process owns at once.
+    pub max_open_sessions: Option<u32>,
 }
 
 /// Opens (creating if absent) the store rooted at `root`. The store itself
@@ -126,6 +133,11 @@ pub fn open_session_log(root: String, options: Option<OpenOptions>) -> SessionLo
     let options = options.map_or_else(StoreOptions::default, |o| StoreOptions {
         compress_sealed: o.compress_sealed.unwrap_or(false),
         journal: o.journal.unwrap_or(false),
+        max_open_sessions: o
+            .max_open_sessions
+            .map_or(StoreOptions::default().max_open_sessions, |n| {
+                n.max(1) as usize
+            }),
     });
     SessionLog {
         root: PathBuf::from(root),

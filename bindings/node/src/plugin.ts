@@ -69,6 +69,7 @@ export interface NativeStoredReader {
 export interface NativeOpenOptions {
   compressSealed?: boolean
   journal?: boolean
+  maxOpenSessions?: number
 }
 
 /** The addon module. */
@@ -247,6 +248,12 @@ export interface Config {
    * `Options::journal`; default off): for a host writing many sessions at once.
    */
   journal?: boolean
+  /**
+   * Sessions the store keeps loaded, and owned when this process writes them
+   * (default 512): past it the least recently used idle ones are released,
+   * writer lock included, so another process may write them.
+   */
+  maxOpenSessions?: number
 }
 
 /**
@@ -270,6 +277,8 @@ export class SessionLogPersistence extends SessionPersistence {
       .description('Store sealed segments compressed, in the background.'),
     journal: z.boolean().default(false)
       .description('Share one sync among the appends of many sessions.'),
+    maxOpenSessions: z.number().step(1).min(1).default(512)
+      .description('Sessions kept loaded (and owned, when written) at once.'),
   })
 
   private readonly backend: NativeSessionLogBackend
@@ -280,6 +289,7 @@ export class SessionLogPersistence extends SessionPersistence {
     const native = loadNativeModule(config.addon).openSessionLog(resolve(config.root), {
       compressSealed: config.compressSealed ?? false,
       journal: config.journal ?? false,
+      maxOpenSessions: config.maxOpenSessions ?? 512,
     })
     this.backend = new NativeSessionLogBackend(native)
     this.coordinator = new PersistenceCoordinator(this.ctx, this.backend, {

@@ -169,6 +169,14 @@ test('a torn tail is reported once as tornMarker, retired by commitRepair, and n
     { type: 'step/end', seq: 2, time: 3, data: { turn: 1, step: 1 } },
     { type: 'turn/end', seq: 3, time: 3, data: { turn: 1, reason: { kind: 'interrupted' } } },
   ]
+  // A repair the store refuses (a seq gap) changes nothing: the marker is
+  // still the torn tail's, and the same repair with the right closers works.
+  const gap = closers.map(e => ({ ...e, seq: e.seq + 1 }))
+  await assert.rejects(
+    reopened.commitRepair(JSON.stringify(meta('t')), torn.tornMarker, JSON.stringify(gap)),
+    /SESSIONLOG_REJECTED/,
+  )
+  assert.equal(JSON.parse(await reopened.loadStored('t')).tornMarker, torn.tornMarker)
   await reopened.commitRepair(JSON.stringify(meta('t')), torn.tornMarker, JSON.stringify(closers))
   const repaired = JSON.parse(await reopened.loadStored('t'))
   assert.equal(repaired.tornMarker, undefined, 'present only while there is a torn tail')
@@ -180,6 +188,24 @@ test('a torn tail is reported once as tornMarker, retired by commitRepair, and n
   assert.equal(final.tornMarker, undefined)
   assert.deepEqual(final.events, [...committed, ...closers])
   await again.close()
+})
+
+test('an event with a repeated key is refused whole, naming it', async (t) => {
+  const root = tempRoot(t)
+  const store = addon.openSessionLog(root)
+  await store.appendBatch(JSON.stringify(meta('d')), JSON.stringify([
+    { type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } },
+  ]), false)
+  // JSON.parse keeps the last "seq" (7); a store indexing the first (1)
+  // would read back a log whose seqs disagree with its order.
+  const text = '[{"type":"step/start","seq":1,"time":2,"data":{"turn":1,"step":1},"seq":7}]'
+  await assert.rejects(
+    store.appendBatch(JSON.stringify(meta('d')), text, true),
+    /SESSIONLOG_BAD_INPUT.*"seq" twice/,
+  )
+  const loaded = JSON.parse(await store.loadStored('d'))
+  assert.deepEqual(loaded.events.map(e => e.seq), [0], 'nothing of the batch stored')
+  await store.close()
 })
 
 test('two handles on one root in a process share the store', async (t) => {
@@ -228,7 +254,7 @@ test('handles on one root in a process must ask for the same options', async (t)
   const c = addon.openSessionLog(root, { journal: true, compressSealed: false })
   assert.deepEqual(JSON.parse(await a.list()), [])
   await assert.rejects(b.list(),
-    /^Error: SESSIONLOG_OPTIONS: the store at .* is already open in this process with options \{ journal: true, compressSealed: false \}, not \{ journal: false, compressSealed: false \}/)
+    /^Error: SESSIONLOG_OPTIONS: the store at .* is already open in this process with options \{ journal: true, compressSealed: false, maxOpenSessions: 512 \}, not \{ journal: false, compressSealed: false, maxOpenSessions: 512 \}/)
   assert.deepEqual(JSON.parse(await c.list()), [], 'absent and false are the same option')
   await a.close()
   await c.close()
@@ -317,6 +343,32 @@ test('a second process writes its own sessions, and gets a typed SESSIONLOG_LOCK
   assert.match(child.stdout, /"p"/)
   assert.deepEqual(JSON.parse(await store.list()).map(h => h.id).sort(), ['p', 'q'])
   await store.close()
+})
+
+test('a session stays this process\'s while loaded; maxOpenSessions bounds how many', async (t) => {
+  // Another process appends seq 1 to session 'own' and prints what happened.
+  const tryOwn = root => spawnSync(process.execPath, ['-e', `
+    const s = require(${JSON.stringify(addonPath)}).openSessionLog(${JSON.stringify(root)})
+    const meta = JSON.stringify({ version: 0, id: 'own', createdAt: 1000, cwd: '/w' })
+    s.appendBatch(meta, JSON.stringify([{ type: 'turn/end', seq: 1, time: 2, data: {} }]), true)
+      .then(() => { console.log('wrote'); process.exit(0) }, e => { console.log(e.message); process.exit(3) })
+  `], { encoding: 'utf8' })
+  for (const [max, owned] of [[8, true], [2, false]]) {
+    const root = tempRoot(t)
+    const store = addon.openSessionLog(root, { maxOpenSessions: max })
+    const first = id => store.appendBatch(JSON.stringify(meta(id)), JSON.stringify([{ type: 'turn/start', seq: 0, time: 1, data: {} }]), false)
+    await first('own')
+    // Four more sessions: past a limit of 2, 'own' (idle) is released.
+    for (const id of ['a', 'b', 'c', 'd']) await first(id)
+    const child = tryOwn(root)
+    if (owned) {
+      assert.equal(child.status, 3, child.stdout + child.stderr)
+      assert.match(child.stdout, /^SESSIONLOG_LOCKED: /)
+    } else {
+      assert.equal(child.status, 0, child.stdout + child.stderr)
+    }
+    await store.close()
+  }
 })
 
 test('a handle collected without close releases the store for other processes', async (t) => {
