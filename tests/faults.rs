@@ -361,6 +361,59 @@ fn an_import_whose_directory_sync_failed_is_poisoned() {
     }
 }
 
+/// Closers a full disk kept from being appended when the session was taken
+/// for writing are appended by the next write, before its batch. Before,
+/// the writer lock stayed held, the closers were never tried again, and
+/// every later batch was refused (or would have gone on after a turn its
+/// writer never closed).
+#[test]
+fn closers_a_full_disk_refused_are_appended_by_the_next_write() {
+    let log = turn_log(2, "s");
+    let open = &log[..log.len() - 1]; // the last turn/end never written
+    let closed = [open, &closers(open)[..]].concat();
+    let more = next_turn(&closed);
+    let mut found = false;
+    for k in 1..80 {
+        let dir = fast_tempdir();
+        let root = dir.path().join("store");
+        {
+            let store = Store::open(&root, options()).unwrap();
+            store.create(SessionHeader::new("s", 0)).unwrap();
+            store.append("s", open).unwrap();
+            store.close().unwrap();
+        }
+        let fault = FaultFs::new(vfs::real(), FaultPlan::default());
+        let fs: Arc<dyn Vfs> = Arc::new(fault.clone());
+        let store = Store::open_with_vfs(&root, options(), fs).unwrap();
+        fault.set_plan(FaultPlan {
+            fail_at: Some(fault.ops() + k),
+            kind: FaultKind::Enospc,
+            ..FaultPlan::default()
+        });
+        let first = store.append("s", &more);
+        fault.set_plan(FaultPlan::default());
+        if first.is_ok() {
+            if fault.failed_ops().is_empty() {
+                break; // past the append's last operation
+            }
+            continue;
+        }
+        match store.append("s", &more) {
+            Ok(()) => {
+                let got = store.read_from("s", 0).unwrap();
+                assert_eq!(got, [&closed[..], &more[..]].concat(), "fault at op {k}");
+                if fault.failed_ops()[0].1.starts_with("write_at") {
+                    found = true; // the closers' record write failed
+                }
+            }
+            // A failure that poisons: the next open repairs it.
+            Err(Error::Poisoned(_)) => {}
+            Err(e) => panic!("fault at op {k} ({:?}): {e}", fault.failed_ops()),
+        }
+    }
+    assert!(found, "no fault hit the closers' write");
+}
+
 /// One poisoned session does not stop the others' checkpoints at close
 /// (a flush used to return at the first error, so every session after it
 /// was left to a full replay at the next open).

@@ -686,6 +686,7 @@ impl Store {
             placeholder: false,
             used: 0,
             refetch: true,
+            closers_due: false,
         })
     }
 

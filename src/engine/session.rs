@@ -120,6 +120,10 @@ pub(super) struct Session {
     /// derive decodes them first ([`Session::fetch_nodes`]), where damage is
     /// an error naming the image. Clear, derive skips that O(surface) walk.
     pub(super) refetch: bool,
+    /// The closers of an interrupted last turn are still to be appended:
+    /// taking the session for writing tried and failed without poisoning
+    /// it (a full disk). The next write tries again before anything else.
+    pub(super) closers_due: bool,
 }
 
 /// What a reader sees: the mapped segments and where the data lies.

@@ -98,6 +98,9 @@ impl Store {
     /// last turn (its previous writer stopped mid-turn) gets its closers.
     pub(super) fn ensure_writer(&self, s: &mut Session) -> Result<()> {
         if s.lock.is_some() {
+            if s.closers_due {
+                return self.close_interrupted_turn(s);
+            }
             return Ok(());
         }
         self.lock_session(s)?;
@@ -153,12 +156,31 @@ impl Store {
         // the log (a checkpoint found wrong), which records its own reason.
         self.record_recovery(&id, rec);
         if self.inner.options.close_interrupted_turns {
-            let n = self.append_closers(s)?.len() as u64;
-            if let Some(r) = self.inner.recoveries.lock().expect("lock").get_mut(&id) {
-                r.closers = n;
-            }
+            self.close_interrupted_turn(s)?;
         }
         Ok(())
+    }
+
+    /// Appends the closers of the session's open last turn, if any (none
+    /// when it is balanced). A failure that does not poison the session
+    /// (a full disk) leaves them due: the next write tries again first, so
+    /// no batch goes on after a turn its writer never closed.
+    fn close_interrupted_turn(&self, s: &mut Session) -> Result<()> {
+        // Cleared first: appending them takes this path again.
+        s.closers_due = false;
+        match self.append_closers(s) {
+            Ok(closers) => {
+                let id = &s.header.id;
+                if let Some(r) = self.inner.recoveries.lock().expect("lock").get_mut(id) {
+                    r.closers = closers.len() as u64;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                s.closers_due = !s.poisoned;
+                Err(e)
+            }
+        }
     }
 
     /// Appends one event, assigning its seq (the next) and time (`time_ms`),
