@@ -765,3 +765,58 @@ fn calls_other_than_derive_keep_no_image_past_the_budget() {
     assert!(store.recovery("s").unwrap().rebuild_reason.is_some());
     assert_eq!(store.stats("s").unwrap().decoded_bytes, 0);
 }
+
+/// A reader that found new records in the active segment, whose file is
+/// then sealed and compressed (the raw file removed) before it maps it,
+/// reads the session again from its files: the log, whole. Before, the map
+/// failed with "No such file or directory" and a follower (`tail -f`) died.
+#[test]
+fn a_reader_whose_active_segment_is_compressed_before_its_map_reads_it_again() {
+    let dir = fast_tempdir();
+    let writer = std::sync::Arc::new(Store::open(dir.path(), options(false)).unwrap());
+    let log = turn_log(4, "s");
+    writer.create(SessionHeader::new("s", 0)).unwrap();
+    writer.append("s", &log[..3]).unwrap();
+    let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (hook_writer, hook_armed) = (writer.clone(), armed.clone());
+    let vfs = std::sync::Arc::new(hooked_fs::HookedFs {
+        before_map: Some(Box::new(move |p| {
+            let raw = p.extension().is_some_and(|e| e == "seg");
+            if raw && hook_armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                assert!(hook_writer.seal("s").unwrap());
+                assert_eq!(hook_writer.compress_sealed("s").unwrap().segments, 1);
+            }
+        })),
+        ..hooked_fs::HookedFs::default()
+    });
+    let reader = Store::open_read_only_with_vfs(dir.path(), vfs).unwrap();
+    assert_eq!(reader.read_from("s", 0).unwrap(), log[..3]);
+    writer.append("s", &log[3..]).unwrap();
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut tail = reader.tail("s", 3).unwrap();
+    assert_eq!(tail.poll().unwrap(), log[3..]);
+    assert!(
+        !armed.load(std::sync::atomic::Ordering::SeqCst),
+        "the hook ran"
+    );
+    assert_eq!(reader.read_from("s", 0).unwrap(), log);
+}
+
+/// A follower told to wait for good (`Duration::MAX`) waits, and returns
+/// what is appended (the deadline used to overflow the clock: a panic).
+#[test]
+fn a_follower_can_wait_for_good() {
+    let dir = fast_tempdir();
+    let writer = Store::open(dir.path(), options(false)).unwrap();
+    let log = turn_log(2, "s");
+    writer.create(SessionHeader::new("s", 0)).unwrap();
+    writer.append("s", &log[..3]).unwrap();
+    let reader = Store::open_read_only(dir.path()).unwrap();
+    let mut tail = reader.tail("s", 3).unwrap();
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(move || tail.wait(Duration::MAX));
+        std::thread::sleep(Duration::from_millis(100));
+        writer.append("s", &log[3..]).unwrap();
+        assert_eq!(waiting.join().unwrap().unwrap(), log[3..]);
+    });
+}

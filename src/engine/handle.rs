@@ -562,7 +562,7 @@ impl Store {
 
     /// Loads session `id` into a placeholder: the stored session (read
     /// only until its first write), or a declared one.
-    fn load_into(&self, s: &mut Session, id: &str) -> Result<()> {
+    pub(super) fn load_into(&self, s: &mut Session, id: &str) -> Result<()> {
         let fresh = match self.entry(id)? {
             Some(entry) => {
                 let (fresh, rec) = self.load_session(entry, false)?;

@@ -584,7 +584,17 @@ impl Store {
         let seg = s.segs.last().expect("an active segment is mapped");
         let (path, seg_first) = (seg.path.clone(), seg.first_seq);
         let ident = s.ident(self.inner.store_id, seg_first);
-        let map = CommittedPrefix::of(self.map_file(&path)?, end);
+        let map = match self.map_file(&path) {
+            Ok(map) => CommittedPrefix::of(map, end),
+            // Sealed and compressed since the records were found (the raw
+            // file goes only once its image is durable): read the session
+            // again from its files as they are now.
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                let id = s.header.id.clone();
+                return self.load_into(s, &id);
+            }
+            Err(e) => return Err(e),
+        };
         let opts = ScanOptions {
             max_record: self.read_limit(),
             expect_sealed: false,

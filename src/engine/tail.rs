@@ -59,6 +59,11 @@ impl Tail {
     /// deleted one [`Error::NotFound`]: its events are never mixed in.
     pub fn poll(&mut self) -> Result<Vec<OwnedEvent>> {
         self.same_incarnation()?;
+        // Nothing new: no read (it would decode the last batch, or a whole
+        // compressed segment, on every wake of an idle follower).
+        if self.store.next_seq(&self.id)? <= self.next {
+            return Ok(Vec::new());
+        }
         let events = self.store.read_stored_from(&self.id, self.next)?;
         // Checked again: a replacement between the check and the read must
         // not hand out the new log's events as this one's.
@@ -82,10 +87,13 @@ impl Tail {
     /// A deleted session is [`Error::NotFound`], a replaced one
     /// [`Error::Replaced`].
     pub fn wait(&mut self, timeout: Duration) -> Result<Vec<OwnedEvent>> {
-        let deadline = Instant::now() + timeout;
+        // `Duration::MAX` (wait for good) must not overflow the clock.
+        let deadline = Instant::now().checked_add(timeout);
         loop {
             let events = self.poll()?;
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
             if !events.is_empty() || left.is_zero() {
                 return Ok(events);
             }
