@@ -1070,3 +1070,54 @@ fn an_image_evicted_after_the_listing_is_fetched_raw() {
         store.close().unwrap();
     }
 }
+
+/// Objects under a session's lease prefix that are not lease records (a
+/// short name, a deeper path) are ignored, and a record at the last epoch
+/// is refused with a typed error: opening, writing and taking over never
+/// loop, recurse or overflow on what a bucket holds. (Before: the stray
+/// names parsed as epoch 9, whose record was never there, and the lookup
+/// recursed until the stack overflowed.)
+#[test]
+fn stray_and_exhausted_lease_objects_are_ignored_or_refused() {
+    for bucket in buckets("hostile-lease") {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = turn_log(2, "hostile-lease");
+        let leases = format!("{}/leases/s", bucket.prefix);
+        put_object(&bucket.store, &format!("{leases}/9"), b"{}");
+        put_object(
+            &bucket.store,
+            &format!("{leases}/sub/00000000000000000009"),
+            b"{}",
+        );
+        let a = Store::open(
+            tmp.path().join("a"),
+            host_options(&bucket, "a", EvictionPolicy::default()),
+        )
+        .unwrap();
+        a.create(SessionHeader::new("s", 0)).unwrap();
+        a.append("s", &log[..3]).unwrap();
+        a.close().unwrap();
+        // The newest record at the last epoch, released: the next take
+        // cannot write the epoch after it.
+        let last = format!(r#"{{"host":"z","epoch":{},"released":true}}"#, u64::MAX);
+        put_object(
+            &bucket.store,
+            &format!("{leases}/{:020}", u64::MAX),
+            last.as_bytes(),
+        );
+        let b = Store::open(
+            tmp.path().join("b"),
+            host_options(&bucket, "b", EvictionPolicy::default()),
+        )
+        .unwrap();
+        match b.append("s", &log[3..]) {
+            Err(Error::Archive { reason, .. }) => {
+                assert!(reason.contains("maximum"), "{}: {reason}", bucket.name)
+            }
+            other => panic!(
+                "{}: expected the exhausted epoch refused: {other:?}",
+                bucket.name
+            ),
+        }
+    }
+}

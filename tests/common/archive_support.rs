@@ -185,6 +185,18 @@ pub fn object_bytes(store: &Arc<dyn ObjectStore>, key: &str) -> Vec<u8> {
     })
 }
 
+/// Writes object `key` (a raw put, as another program sharing the bucket
+/// might).
+#[allow(dead_code)] // not every test binary that includes this uses it
+pub fn put_object(store: &Arc<dyn ObjectStore>, key: &str, bytes: &[u8]) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(store.put(&ObjectPath::from(key), bytes.to_vec().into()))
+        .unwrap();
+}
+
 /// The segment objects of session directory `s` in the bucket, oldest
 /// first: (file name, size).
 pub fn segment_objects(bucket: &Bucket) -> Vec<(String, u64)> {

@@ -34,31 +34,54 @@ pub(super) struct Taken {
 }
 
 impl Archive {
-    /// The current lease record of session directory `dir`.
+    /// The current lease record of session directory `dir`. Only keys that
+    /// are exactly a record's (`<prefix>/leases/<dir>/<20 digits>`) count:
+    /// anything else a bucket holds under the prefix is ignored, so no
+    /// listing can make this loop or pick a record it cannot read.
     pub(super) fn current_lease(&self, id: &str, dir: &str) -> Result<Option<LeaseRecord>> {
         let prefix = self.opts.lease_prefix(dir);
-        let listed = self
-            .list(&prefix)
-            .map_err(|e| archive_error(Some(id), &prefix, "listing the lease", e))?;
-        let Some(epoch) = listed
-            .iter()
-            .filter_map(|(k, _)| k.filename()?.parse::<u64>().ok())
-            .max()
-        else {
-            return Ok(None);
-        };
-        let key = self.opts.lease_key(dir, epoch);
-        let bytes = self
-            .get(&key)
-            .map_err(|e| archive_error(Some(id), &key, "reading the lease", e))?;
-        // Deleted meanwhile: only records older than a newer one are, so
-        // look again.
-        let Some(bytes) = bytes else {
-            return self.current_lease(id, dir);
-        };
-        let rec: LeaseRecord = serde_json::from_slice(&bytes)
-            .map_err(|e| archive_error(Some(id), &key, "decoding the lease", e))?;
-        Ok(Some(rec))
+        // A record deleted between the listing and the read is older than
+        // a newer one (only those are deleted): look again, a few times.
+        for _ in 0..8 {
+            let listed = self
+                .list(&prefix)
+                .map_err(|e| archive_error(Some(id), &prefix, "listing the lease", e))?;
+            let Some(epoch) = listed
+                .iter()
+                .filter_map(|(k, _)| {
+                    let epoch = k.filename()?.parse::<u64>().ok()?;
+                    (*k == self.opts.lease_key(dir, epoch)).then_some(epoch)
+                })
+                .max()
+            else {
+                return Ok(None);
+            };
+            let key = self.opts.lease_key(dir, epoch);
+            let bytes = self
+                .get(&key)
+                .map_err(|e| archive_error(Some(id), &key, "reading the lease", e))?;
+            let Some(bytes) = bytes else {
+                continue;
+            };
+            let rec: LeaseRecord = serde_json::from_slice(&bytes)
+                .map_err(|e| archive_error(Some(id), &key, "decoding the lease", e))?;
+            if rec.epoch != epoch {
+                return Err(Error::Archive {
+                    session: Some(id.to_owned()),
+                    key: key.to_string(),
+                    reason: format!(
+                        "the lease record says epoch {}, its key {epoch}: damaged; `take-over` writes a new one",
+                        rec.epoch
+                    ),
+                });
+            }
+            return Ok(Some(rec));
+        }
+        Err(Error::Archive {
+            session: Some(id.to_owned()),
+            key: prefix.to_string(),
+            reason: "the newest lease record vanished on every read; try again".into(),
+        })
     }
 
     /// Writes the record of `epoch` if no one has; `false` if someone had.
@@ -86,7 +109,13 @@ impl Archive {
                         previous: cur,
                     });
                 }
-                Some(r) if r.released || force => r.epoch + 1,
+                Some(r) if r.released || force => {
+                    r.epoch.checked_add(1).ok_or_else(|| Error::Archive {
+                        session: Some(id.to_owned()),
+                        key: self.opts.lease_key(dir, r.epoch).to_string(),
+                        reason: "the lease epoch is at its maximum: damaged".into(),
+                    })?
+                }
                 Some(r) => return Err(self.not_owner(id, dir, r)),
                 None => 1,
             };
@@ -116,13 +145,16 @@ impl Archive {
     /// Gives the lease of `dir` (held at `epoch`) up: the next host takes it
     /// without forcing. Nothing happens if another host took it meanwhile.
     pub(super) fn release_lease(&self, id: &str, dir: &str, epoch: u64) -> Result<()> {
+        let Some(next) = epoch.checked_add(1) else {
+            return Ok(()); // a damaged epoch: nothing to give up
+        };
         let rec = LeaseRecord {
             host: self.host.clone(),
-            epoch: epoch + 1,
+            epoch: next,
             released: true,
         };
         if self.create_record(id, dir, &rec)? {
-            self.prune(dir, epoch + 1);
+            self.prune(dir, next);
         }
         Ok(())
     }
