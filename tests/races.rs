@@ -183,3 +183,70 @@ fn eviction_releases_the_least_recently_used_import_first() {
         other => panic!("the newest import is still the first handle's: {other:?}"),
     }
 }
+
+/// A session deleted by another handle between a lookup's look at its
+/// directory and its read of the `HEADER` is gone, not damaged: `header` is
+/// `NotFound` (before: `Corrupt`, "no HEADER file", with a hint to salvage).
+#[test]
+fn a_session_deleted_during_a_lookup_is_not_found_not_corrupt() {
+    let dir = fast_tempdir();
+    let log = turn_log(2, "s");
+    {
+        let setup = Store::open(dir.path(), options()).unwrap();
+        import(&setup, &log, false);
+        setup.close().unwrap();
+    }
+    let path = dir.path().to_owned();
+    let once = Arc::new(AtomicBool::new(false));
+    let ran = once.clone();
+    let vfs = Arc::new(hooked_fs::HookedFs {
+        before_read_file: Some(Box::new(move |p| {
+            if p.ends_with("HEADER") && !ran.swap(true, Ordering::SeqCst) {
+                let other = Store::open(&path, options()).unwrap();
+                other.delete("p").unwrap();
+                other.close().unwrap();
+            }
+        })),
+        ..hooked_fs::HookedFs::default()
+    });
+    let a = Store::open_with_vfs(dir.path(), options(), vfs).unwrap();
+    match a.header("p") {
+        Err(Error::NotFound(id)) => assert_eq!(id, "p"),
+        other => panic!("a deleted session is not found: {other:?}"),
+    }
+    assert!(
+        once.load(Ordering::SeqCst),
+        "the delete ran during the lookup"
+    );
+    assert!(a.unaccounted().unwrap().is_empty());
+}
+
+/// A reader holding a session that another handle deletes and creates
+/// again reads the new one, even when the new directory got the old one's
+/// inode number back (file systems reuse a freed number at once; the hook
+/// makes it certain): the directory's birth time tells them apart. Before,
+/// the reader kept serving the deleted log.
+#[test]
+fn a_reader_sees_a_session_created_again_in_a_reused_inode() {
+    // On a disk file system: it records birth times (tmpfs may not).
+    let dir = tempfile::tempdir().unwrap();
+    let session = Store::session_dir_in(dir.path(), "p").unwrap();
+    let vfs = Arc::new(hooked_fs::HookedFs {
+        metadata: Some(Box::new(move |p, mut m| {
+            if p == session {
+                m.ino = 42;
+            }
+            m
+        })),
+        ..hooked_fs::HookedFs::default()
+    });
+    let (old, new) = (turn_log(2, "old"), turn_log(1, "new"));
+    let writer = Store::open(dir.path(), options()).unwrap();
+    import(&writer, &old, false);
+    let reader = Store::open_read_only_with_vfs(dir.path(), vfs).unwrap();
+    assert_eq!(reader.read_from("p", 0).unwrap(), old);
+    writer.delete("p").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    import(&writer, &new, false);
+    assert_eq!(reader.read_from("p", 0).unwrap(), new);
+}

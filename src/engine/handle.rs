@@ -603,7 +603,7 @@ impl Store {
         let vfs = &*self.inner.vfs;
         let id = s.header.id.clone();
         match vfs.metadata(&s.dir) {
-            Ok(m) if m.ino == s.dir_ino => {}
+            Ok(m) if m.identity() == s.dir_id => {}
             // Replaced (or deleted and created again) by another handle.
             Ok(_) => return self.load_into(s, &id),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -682,7 +682,7 @@ impl Store {
             active_end: None,
             unverified: None,
             lock: None,
-            dir_ino: 0,
+            dir_id: (0, None),
             placeholder: false,
             used: 0,
             refetch: true,

@@ -210,7 +210,7 @@ impl Store {
         s.dir = entry.dir.clone();
         s.unpublished = false;
         let vfs = &*self.inner.vfs;
-        s.dir_ino = vfs.metadata(&s.dir).map_err(io_at(&s.dir))?.ino;
+        s.dir_id = vfs.metadata(&s.dir).map_err(io_at(&s.dir))?.identity();
         s.lineage = Lineage::read_with(vfs, &s.dir).map_err(|reason| Error::Corrupt {
             session: s.header.id.clone(),
             segment: s.dir.join(crate::lineage::LINEAGE_FILE),

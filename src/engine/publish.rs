@@ -123,7 +123,7 @@ impl Store {
             self.with_session(source, |_| Ok(()))?;
             p = parent.lock().expect("session lock");
         }
-        let (parent_dir, parent_ino) = (p.dir.clone(), p.dir_ino);
+        let (parent_dir, parent_id) = (p.dir.clone(), p.dir_id);
         let at = at.min(p.next_seq());
         header.parent_session = Some(source.to_owned());
         header.seed_length = Some(at);
@@ -194,7 +194,7 @@ impl Store {
                         .inner
                         .vfs
                         .metadata(&parent_dir)
-                        .map_or(true, |m| m.ino != parent_ino);
+                        .map_or(true, |m| m.identity() != parent_id);
                 if replaced {
                     Fork::ParentReplaced(e)
                 } else {
@@ -418,7 +418,11 @@ impl Store {
         // The new session takes the entry's place, with the lock, as the
         // most recently used (eviction releases the least recently used).
         c.lock = s.lock.take();
-        c.dir_ino = self.inner.vfs.metadata(&c.dir).map_or(0, |m| m.ino);
+        c.dir_id = self
+            .inner
+            .vfs
+            .metadata(&c.dir)
+            .map_or((0, None), |m| m.identity());
         c.used = self
             .inner
             .clock

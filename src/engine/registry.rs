@@ -274,6 +274,13 @@ impl Registry {
         let bytes = match self.vfs.read_file(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // The directory itself gone (deleted or replaced since it
+                // was found): not damage, a session that is no longer there.
+                if let Err(gone) = self.vfs.symlink_metadata(dir)
+                    && gone.kind() == io::ErrorKind::NotFound
+                {
+                    return Err(LookupError::Io(path, e));
+                }
                 return Err(unaccounted(format!("no {HEADER_FILE} file")));
             }
             Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
@@ -311,6 +318,8 @@ impl Registry {
             Ok(entry) if entry.header.id == id => Ok(Some(entry)),
             // A hash collision of two long ids: the directory is another's.
             Ok(_) => Ok(None),
+            // Deleted between the two looks.
+            Err(LookupError::Io(_, e)) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
     }

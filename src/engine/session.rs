@@ -107,9 +107,11 @@ pub(super) struct Session {
     /// until the session is closed or evicted. Without it the session is
     /// read only, and refreshed from the files before each read.
     pub(super) lock: Option<SessionLock>,
-    /// The inode of `dir` when loaded: another number means the session was
-    /// replaced (or deleted and created again) by another handle.
-    pub(super) dir_ino: u64,
+    /// The identity of `dir` when loaded (inode number and birth time):
+    /// another one means the session was replaced (or deleted and created
+    /// again) by another handle. The birth time tells a re-created
+    /// directory that got the freed inode number back.
+    pub(super) dir_id: (u64, Option<std::time::SystemTime>),
     /// An entry of the session map not loaded yet (or whose load failed):
     /// its first user loads it.
     pub(super) placeholder: bool,

@@ -78,6 +78,18 @@ pub struct Metadata {
     /// Hard links to the file (`st_nlink`): more than one for a sealed
     /// segment a fork shares.
     pub links: u64,
+    /// Birth time, when the file system records it (`statx`): with `ino`,
+    /// tells a directory created again at the same path (file systems reuse
+    /// a freed inode number at once) from the one seen before.
+    pub created: Option<SystemTime>,
+}
+
+impl Metadata {
+    /// What identifies this file or directory while it lives: its inode
+    /// number and birth time.
+    pub fn identity(&self) -> (u64, Option<SystemTime>) {
+        (self.ino, self.created)
+    }
 }
 
 /// An open file. Positional I/O only; `Send + Sync` so a writer can move
@@ -325,6 +337,7 @@ fn metadata_of(m: fs::Metadata) -> Metadata {
         ino: m.ino(),
         allocated: m.blocks() * 512,
         links: m.nlink(),
+        created: m.created().ok(),
     }
 }
 

@@ -12,6 +12,7 @@ use std::path::Path;
 type Listing = Box<dyn Fn(&Path, Vec<OsString>) -> Vec<OsString> + Send + Sync>;
 type Hook = Box<dyn Fn(&Path) + Send + Sync>;
 type Gate = Box<dyn Fn(&Path) -> io::Result<()> + Send + Sync>;
+type Rewrite = Box<dyn Fn(&Path, Metadata) -> Metadata + Send + Sync>;
 
 /// The real file system, with optional hooks.
 #[derive(Default)]
@@ -26,6 +27,10 @@ pub struct HookedFs {
     pub before_link: Option<Hook>,
     /// Runs before every directory listing; an error fails the listing.
     pub before_read_dir: Option<Gate>,
+    /// Runs before every whole-file read.
+    pub before_read_file: Option<Hook>,
+    /// Rewrites what `metadata` returns.
+    pub metadata: Option<Rewrite>,
 }
 
 impl std::fmt::Debug for HookedFs {
@@ -61,6 +66,9 @@ impl Vfs for HookedFs {
         RealFs.open(p, w)
     }
     fn read_file(&self, p: &Path) -> io::Result<Vec<u8>> {
+        if let Some(hook) = &self.before_read_file {
+            hook(p);
+        }
         RealFs.read_file(p)
     }
     fn map(&self, p: &Path) -> io::Result<SegmentBytes> {
@@ -111,7 +119,11 @@ impl Vfs for HookedFs {
         })
     }
     fn metadata(&self, p: &Path) -> io::Result<Metadata> {
-        RealFs.metadata(p)
+        let m = RealFs.metadata(p)?;
+        Ok(match &self.metadata {
+            Some(rewrite) => rewrite(p, m),
+            None => m,
+        })
     }
     fn symlink_metadata(&self, p: &Path) -> io::Result<Metadata> {
         RealFs.symlink_metadata(p)
