@@ -308,14 +308,25 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
         } => {
             let id = session_id(target)?;
             let store = open_read_only(dir)?;
-            let from = match from {
-                Some(seq) => seq,
-                None => store
-                    .next_seq(&id)
-                    .map_err(store_err)?
-                    .saturating_sub(lines.unwrap_or(10)),
+            // The last lines are counted back from the end of the log the
+            // follower follows: a replacement between the count and the
+            // follow's start (another incarnation, maybe shorter) means
+            // counting again, never following the new log from a seq of
+            // the old one.
+            let mut tail = loop {
+                let incarnation = store.incarnation(&id).map_err(store_err)?;
+                let from = match from {
+                    Some(seq) => seq,
+                    None => store
+                        .next_seq(&id)
+                        .map_err(store_err)?
+                        .saturating_sub(lines.unwrap_or(10)),
+                };
+                let tail = store.tail(&id, from).map_err(store_err)?;
+                if store.incarnation(&id).map_err(store_err)? == incarnation {
+                    break tail;
+                }
             };
-            let mut tail = store.tail(&id, from).map_err(store_err)?;
             write_events(out, &tail.poll().map_err(store_err)?)?;
             out.flush().map_err(io_err)?;
             if !follow {
