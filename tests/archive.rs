@@ -1121,3 +1121,38 @@ fn stray_and_exhausted_lease_objects_are_ignored_or_refused() {
         }
     }
 }
+
+/// Two processes of one host on one store directory share the host's
+/// lease: a second handle's close must not give up the lease of a session
+/// the first one is still writing (before, it released every lease of the
+/// host, and another host could then write the session without forcing).
+#[test]
+fn a_second_handle_of_a_host_leaves_the_first_ones_lease_alone() {
+    for bucket in buckets("shared-host") {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = turn_log(3, "shared-host");
+        let dir = tmp.path().join("a");
+        let first =
+            Store::open(&dir, host_options(&bucket, "a", EvictionPolicy::default())).unwrap();
+        first.create(SessionHeader::new("s", 0)).unwrap();
+        first.append("s", &log[..3]).unwrap();
+        first.archive_sync().unwrap();
+        // A second handle (another process of the same host: a CLI run).
+        let second =
+            Store::open(&dir, host_options(&bucket, "a", EvictionPolicy::default())).unwrap();
+        second.close().unwrap();
+        let other = Store::open(
+            tmp.path().join("b"),
+            host_options(&bucket, "b", EvictionPolicy::default()),
+        )
+        .unwrap();
+        match other.append("s", &log[3..6]) {
+            Err(Error::NotOwner { owner, .. }) => assert_eq!(owner, "a", "{}", bucket.name),
+            other => panic!(
+                "{}: the first handle still writes s: {other:?}",
+                bucket.name
+            ),
+        }
+        first.append("s", &log[3..6]).unwrap();
+    }
+}

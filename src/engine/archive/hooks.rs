@@ -56,12 +56,32 @@ pub(crate) fn after_open(store: &Store, archive: Option<Arc<Archive>>) -> Result
     }
     // Sessions this host held when it stopped (a crash, or a drop without
     // close) are its own again: their uploads resume. Hydrated sessions
-    // are another host's, so only those local before are asked about.
+    // are another host's, so only those local before are asked about. A
+    // session another process of this host is writing now (its local
+    // writer lock held) stays that process's: this handle neither uploads
+    // it nor gives its lease up at close (the lease is the host's, shared
+    // by its processes).
+    let ids: std::collections::HashMap<String, String> = store
+        .inner
+        .registry
+        .scan()
+        .map(|(sessions, _)| sessions)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| Some((e.dir.file_name()?.to_str()?.to_owned(), e.header.id)))
+        .collect();
+    let written_elsewhere = |name: &str| {
+        let (Some(id), Some(locks)) = (ids.get(name), &store.inner.locks) else {
+            return false;
+        };
+        matches!(locks.try_lock(id), Ok(None))
+    };
     local.sort();
     for name in local {
         if let Some(rec) = archive.current_lease(&name, &name)?
             && rec.host == archive.host
             && !rec.released
+            && !written_elsewhere(&name)
         {
             archive.state().held.insert(name, rec.epoch);
         }
