@@ -73,8 +73,9 @@ pub(super) fn sweep(vfs: &dyn Vfs, dir: &Path, kind: &str) {
     }
 }
 
-/// The process id in a temporary file name of kind `kind` for a segment or
-/// segment image, or `None` for any other name.
+/// The process id in a temporary file name of kind `kind` for a segment,
+/// a segment image or a session's metadata file (which a fetch puts in
+/// place too), or `None` for any other name.
 fn stale_pid(name: &str, kind: &str) -> Option<u32> {
     let rest = name
         .strip_prefix('.')?
@@ -82,7 +83,10 @@ fn stale_pid(name: &str, kind: &str) -> Option<u32> {
         .strip_suffix(kind)?
         .strip_suffix('.')?;
     let (file, tag) = rest.rsplit_once('.')?;
-    segment::parse_segment_file_name(file).or_else(|| segment::parse_image_file_name(file))?;
+    let metadata = matches!(file, "CHECKPOINT" | "LINEAGE" | "HEADER");
+    if !metadata {
+        segment::parse_segment_file_name(file).or_else(|| segment::parse_image_file_name(file))?;
+    }
     let (pid, n) = tag.split_once('-')?;
     n.parse::<u64>().ok()?;
     pid.parse().ok()
@@ -112,10 +116,12 @@ mod tests {
             stale_pid(".00000000000000000000.segz.4242-7.compress.tmp", COMPRESS),
             Some(4242)
         );
+        // A fetch puts a session's metadata files in place the same way.
+        assert_eq!(stale_pid(".CHECKPOINT.4242-7.fetch.tmp", FETCH), Some(4242));
         for other in [
             "00000000000000000000.seg",
             ".00000000000000000000.seg.4242-7.fetch",
-            ".CHECKPOINT.4242-7.fetch.tmp",
+            ".MANIFEST.4242-7.fetch.tmp",
             ".00000000000000000000.seg.x-7.fetch.tmp",
             ".00000000000000000000.seg.4242.fetch.tmp",
             ".00000000000000000000.segz.4242-7.compress.tmp",

@@ -178,9 +178,29 @@ impl Archive {
                     reason: "the object is not the segment its name says".into(),
                 })?;
         }
-        crate::fsutil::write_atomic_with(&*self.vfs, into, name, &bytes)
+        self.put_in_place(into, name, &bytes)
             .map_err(io_at(&into.join(name)))?;
         Ok(true)
+    }
+
+    /// Puts `bytes` in place as `dir/name`, durably: written to a temporary
+    /// name of this process's own (two processes may fetch the same file at
+    /// once: a shared name would let one rename the other's half-written
+    /// file into place), synced, renamed, the directory synced. A
+    /// temporary a killed process left is swept by the next load.
+    fn put_in_place(&self, dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let (tmp, file) =
+            crate::engine::tmpfile::create(&*self.vfs, dir, name, crate::engine::tmpfile::FETCH)?;
+        let written = (|| {
+            file.write_all_at(bytes, 0)?;
+            file.sync_all()?;
+            self.vfs.rename(&tmp, &dir.join(name))?;
+            self.vfs.sync_dir(dir)
+        })();
+        if written.is_err() {
+            let _ = self.vfs.remove_file(&tmp);
+        }
+        written
     }
 
     /// Brings the files of session `id` (local directory `local`) that the
@@ -345,19 +365,8 @@ impl Archive {
             })?;
         segment::check_sealed(&bytes, ident)
             .map_err(|e| bad(format!("the object is damaged: {e}")))?;
-        let (tmp, file) =
-            crate::engine::tmpfile::create(&*self.vfs, local, name, crate::engine::tmpfile::FETCH)
-                .map_err(io_at(path))?;
-        let written = (|| {
-            file.write_all_at(&bytes, 0)?;
-            file.sync_all()?;
-            self.vfs.rename(&tmp, path)?;
-            self.vfs.sync_dir(local)
-        })();
-        if let Err(e) = written {
-            let _ = self.vfs.remove_file(&tmp);
-            return Err(io_at(path)(e));
-        }
+        self.put_in_place(local, name, &bytes)
+            .map_err(io_at(path))?;
         // Sealed and in the bucket: never uploaded again.
         self.state().uploaded.insert(
             (dir.to_owned(), name.to_owned()),

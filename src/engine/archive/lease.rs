@@ -125,11 +125,19 @@ impl Archive {
                 released: false,
             };
             if self.create_record(id, dir, &rec)? {
-                self.prune(dir, next);
-                return Ok(Taken {
-                    epoch: next,
-                    previous: cur,
-                });
+                // Ours only if it is the newest record: a slow host can
+                // create an epoch a newer holder already pruned. Otherwise
+                // the next round reads the newest one.
+                match self.current_lease(id, dir)? {
+                    Some(r) if r.epoch == next && r.host == self.host && !r.released => {
+                        self.prune(dir, next);
+                        return Ok(Taken {
+                            epoch: next,
+                            previous: cur,
+                        });
+                    }
+                    _ => continue,
+                }
             }
         }
         match self.current_lease(id, dir)? {
