@@ -8,7 +8,9 @@
 //!   identity does not match" corruption error pointing into staging;
 //! - a call that waited for a session whose load failed in another thread
 //!   (which forgets the entry): it must use the map's new entry, never load
-//!   the forgotten one as a second session object with a lock of its own.
+//!   the forgotten one as a second session object with a lock of its own;
+//! - a reader's load racing a replace between its read of the `HEADER` and
+//!   its listing, which must read one incarnation whole, not fail.
 
 mod common;
 #[path = "common/hooked_fs.rs"]
@@ -249,4 +251,42 @@ fn a_reader_sees_a_session_created_again_in_a_reused_inode() {
     std::thread::sleep(std::time::Duration::from_millis(20));
     import(&writer, &new, false);
     assert_eq!(reader.read_from("p", 0).unwrap(), new);
+}
+
+/// A reader whose load of a session races a replace by another handle
+/// between its read of the `HEADER` and its listing of the directory reads
+/// the new incarnation whole. Before, it built the session from the old
+/// uid and the new files and failed with a false `Corrupt` ("segment
+/// identity does not match").
+#[test]
+fn a_load_racing_a_replace_reads_the_new_incarnation() {
+    let dir = fast_tempdir();
+    let (old, new) = incarnations();
+    {
+        let setup = Store::open(dir.path(), options()).unwrap();
+        import(&setup, &old, false);
+        setup.close().unwrap();
+    }
+    let path = dir.path().to_owned();
+    let session = Store::session_dir_in(dir.path(), "p").unwrap();
+    let once = Arc::new(AtomicBool::new(false));
+    let ran = once.clone();
+    let vfs = Arc::new(hooked_fs::HookedFs {
+        before_read_dir: Some(Box::new(move |p| {
+            if p == session && !ran.swap(true, Ordering::SeqCst) {
+                let other = Store::open(&path, options()).unwrap();
+                import(&other, &incarnations().1, true);
+                other.close().unwrap();
+            }
+            Ok(())
+        })),
+        ..hooked_fs::HookedFs::default()
+    });
+    let reader = Store::open_read_only_with_vfs(dir.path(), vfs).unwrap();
+    assert_eq!(reader.read_from("p", 0).unwrap(), new);
+    assert!(
+        once.load(Ordering::SeqCst),
+        "the replace ran during the load"
+    );
+    reader.verify("p").unwrap();
 }

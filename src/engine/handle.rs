@@ -565,7 +565,7 @@ impl Store {
     pub(super) fn load_into(&self, s: &mut Session, id: &str) -> Result<()> {
         let fresh = match self.entry(id)? {
             Some(entry) => {
-                let (fresh, rec) = self.load_session(entry, false)?;
+                let (fresh, rec) = self.load_entry(id, entry)?;
                 self.record_recovery(id, rec);
                 fresh
             }
@@ -580,6 +580,34 @@ impl Store {
         };
         *s = fresh;
         Ok(())
+    }
+
+    /// Loads `entry` without its writer lock. Another handle may replace
+    /// the session (`RENAME_EXCHANGE`) between the lookup's read of the
+    /// `HEADER` and the load's listing, which would build one incarnation
+    /// from the other's files: a false `Corrupt` (the segments are salted
+    /// with another uid). So a load that failed, or that found the
+    /// directory another than the one whose `HEADER` was read, starts again
+    /// from a new lookup (at most twice more: each retry needs another
+    /// replace to land in the same window).
+    fn load_entry(&self, id: &str, mut entry: SessionEntry) -> Result<(Session, Recovery)> {
+        for _ in 0..2 {
+            let Some(found) = entry.found else { break };
+            match self.load_session(entry.clone(), false) {
+                Ok((fresh, rec)) if fresh.dir_id == found => return Ok((fresh, rec)),
+                Ok(_) => {}
+                Err(e) => {
+                    let now = self.inner.vfs.metadata(&entry.dir).map(|m| m.identity());
+                    if now.is_ok_and(|now| now == found) {
+                        return Err(e);
+                    }
+                }
+            }
+            entry = self
+                .entry(id)?
+                .ok_or_else(|| Error::NotFound(id.to_owned()))?;
+        }
+        self.load_session(entry, false)
     }
 
     /// Records how session `id` was loaded, for [`Store::recovery`].

@@ -641,6 +641,7 @@ impl Store {
             header: old.header.clone(),
             uid: old.uid,
             dir: old.dir.clone(),
+            found: None,
         };
         let lock = old.lock.take();
         let (poisoned, used) = (old.poisoned, old.used);

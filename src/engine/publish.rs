@@ -344,6 +344,7 @@ impl Store {
                 header: header.clone(),
                 uid,
                 dir: staged.clone(),
+                found: None,
             };
             let (c, _) = self.load_session(entry, true)?;
             let c = built.insert(c);

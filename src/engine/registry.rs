@@ -66,7 +66,16 @@ pub(crate) struct SessionEntry {
     pub uid: [u8; 16],
     /// The live directory.
     pub dir: PathBuf,
+    /// The directory's identity (inode, birth time) as seen just before its
+    /// `HEADER` was read, when the lookup took it: a load that finds another
+    /// identity read the `HEADER` of another incarnation (a replace
+    /// happened in between).
+    pub found: Option<DirIdentity>,
 }
+
+/// What tells one directory from another at the same path: its inode
+/// number and birth time ([`crate::vfs::Metadata::identity`]).
+pub(crate) type DirIdentity = (u64, Option<std::time::SystemTime>);
 
 /// An entry of `sessions/` that is not a readable session: kept, reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -296,6 +305,7 @@ impl Registry {
                 header,
                 uid,
                 dir: dir.to_owned(),
+                found: None,
             }),
             _ => Err(unaccounted(format!(
                 "{HEADER_FILE} names session {:?}, whose directory would be another",
@@ -309,13 +319,16 @@ impl Registry {
         let Ok(dir) = self.live_dir(id) else {
             return Ok(None);
         };
-        match self.vfs.symlink_metadata(&dir) {
-            Ok(_) => {}
+        let found = match self.vfs.symlink_metadata(&dir) {
+            Ok(m) => m.identity(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(LookupError::Io(dir, e)),
-        }
+        };
         match self.read_entry(&dir) {
-            Ok(entry) if entry.header.id == id => Ok(Some(entry)),
+            Ok(entry) if entry.header.id == id => Ok(Some(SessionEntry {
+                found: Some(found),
+                ..entry
+            })),
             // A hash collision of two long ids: the directory is another's.
             Ok(_) => Ok(None),
             // Deleted between the two looks.
