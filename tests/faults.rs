@@ -39,6 +39,8 @@ use std::sync::Arc;
 
 mod common;
 use common::*;
+#[path = "common/hooked_fs.rs"]
+mod hooked_fs;
 
 /// Reopens `dir` with the real file system and checks it against `model`;
 /// then appends to every session, reopens again and checks that too.
@@ -358,6 +360,114 @@ fn an_import_whose_directory_sync_failed_is_poisoned() {
             found,
             "replace {replace}: no directory sync after the rename failed"
         );
+    }
+}
+
+/// A process poisoned by a failed directory `fsync` (after an import's
+/// rename into `sessions/`, with and without a checkpoint; of a new
+/// segment's name in the session's directory) is gone; the next process to
+/// write the session syncs both directories before it acknowledges its
+/// first append. Before, only the poisoned process knew, and the next
+/// writer acknowledged batches on top of names the disk might not have.
+#[test]
+fn the_next_writer_after_a_failed_directory_sync_syncs_the_directories() {
+    for case in ["small import", "checkpointed import", "new segment"] {
+        let log = turn_log(
+            if case == "checkpointed import" {
+                400
+            } else {
+                8
+            },
+            "s",
+        );
+        let events: Vec<_> = log
+            .iter()
+            .map(sessionlog::event::OwnedEvent::borrowed)
+            .collect();
+        // A turn too big for what is left of a 4 KiB segment: appending it
+        // starts a new one.
+        let n = log.len();
+        let more = vec![
+            ev(&format!(
+                r#"{{"type":"turn/start","seq":{n},"time":99,"data":{{"turn":99}}}}"#
+            )),
+            ev(&format!(
+                r#"{{"type":"user/message","seq":{},"time":99,"data":{{"role":"user","content":[{{"type":"text","text":"{}"}}]}},"surfaceOp":"append"}}"#,
+                n + 1,
+                "y".repeat(3000)
+            )),
+            ev(&format!(
+                r#"{{"type":"turn/end","seq":{},"time":99,"data":{{"turn":99,"reason":{{"kind":"completed"}}}}}}"#,
+                n + 2
+            )),
+        ];
+        let mut found = false;
+        for k in 1..400 {
+            let dir = fast_tempdir();
+            let root = dir.path().join("store");
+            let sessions = root.join("sessions");
+            let session = Store::session_dir_in(&root, "s").unwrap();
+            let fault = FaultFs::new(vfs::real(), FaultPlan::default());
+            let fs: Arc<dyn Vfs> = Arc::new(fault.clone());
+            let mut store = Store::open_with_vfs(&root, options(), fs.clone()).unwrap();
+            let target = if case == "new segment" {
+                // Closed: its checkpoint ends in the last segment.
+                store
+                    .import(SessionHeader::new("s", 0), &events, false)
+                    .unwrap();
+                store.close().unwrap();
+                store = Store::open_with_vfs(&root, options(), fs).unwrap();
+                &session
+            } else {
+                &sessions
+            };
+            fault.set_plan(FaultPlan {
+                fail_at: Some(fault.ops() + k),
+                ..FaultPlan::default()
+            });
+            let result = if case == "new segment" {
+                store.append("s", &more)
+            } else {
+                store.import(SessionHeader::new("s", 0), &events, false)
+            };
+            fault.set_plan(FaultPlan::default());
+            if result.is_ok() {
+                if fault.failed_ops().is_empty() {
+                    break; // past the call's last operation
+                }
+                continue;
+            }
+            let failed = fault.failed_ops()[0].1.clone();
+            if failed != format!("sync_dir {}", target.display())
+                || store.read_from("s", 0).ok().as_deref() != Some(&log[..])
+            {
+                continue; // another operation, or before the rename
+            }
+            drop(store); // the poisoned process exits
+            let synced = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let seen = synced.clone();
+            let hooked = Arc::new(hooked_fs::HookedFs {
+                before_sync_dir: Some(Box::new(move |p| {
+                    seen.lock().unwrap().push(p.to_owned());
+                })),
+                ..hooked_fs::HookedFs::default()
+            });
+            let next = Store::open_with_vfs(&root, options(), hooked).unwrap();
+            next.append("s", &more).unwrap();
+            let synced = synced.lock().unwrap().clone();
+            for d in [&session, &sessions] {
+                assert!(
+                    synced.contains(d),
+                    "{case}, op {k}: the next writer never synced {} ({synced:?})",
+                    d.display()
+                );
+            }
+            let mut want = log.clone();
+            want.extend(more.iter().cloned());
+            assert_eq!(next.read_from("s", 0).unwrap(), want, "{case}, op {k}");
+            found = true;
+        }
+        assert!(found, "{case}: no directory sync failed where it should");
     }
 }
 

@@ -403,6 +403,15 @@ impl Store {
             Err(PublishError::Unsynced(live, path, source)) => {
                 c.move_to(live);
                 c.poisoned = true;
+                // Only this process knows the session's name may not be
+                // durable. Without a checkpoint the next writer counts the
+                // session unfinished and syncs its directories before it
+                // acknowledges anything (`ensure_writer`); a checkpoint is a
+                // cache, so removing it loses nothing.
+                let _ = self
+                    .inner
+                    .vfs
+                    .remove_file(&c.dir.join(crate::checkpoint::CHECKPOINT_FILE));
                 c.lock = s.lock.take();
                 *s = c;
                 return Err(Error::Io { path, source });

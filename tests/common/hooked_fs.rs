@@ -31,6 +31,8 @@ pub struct HookedFs {
     pub before_read_file: Option<Hook>,
     /// Rewrites what `metadata` returns.
     pub metadata: Option<Rewrite>,
+    /// Runs before every directory `fsync`.
+    pub before_sync_dir: Option<Hook>,
 }
 
 impl std::fmt::Debug for HookedFs {
@@ -100,6 +102,9 @@ impl Vfs for HookedFs {
         RealFs.create_dir(p)
     }
     fn sync_dir(&self, p: &Path) -> io::Result<()> {
+        if let Some(hook) = &self.before_sync_dir {
+            hook(p);
+        }
         RealFs.sync_dir(p)
     }
     fn hard_link(&self, a: &Path, b: &Path) -> io::Result<()> {
