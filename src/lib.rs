@@ -117,13 +117,14 @@ internals! {
         pub(crate) mod bytes;
         pub mod checkpoint;
         pub mod codec;
+        pub mod headerfile;
         pub mod journal;
         pub mod lineage;
         pub mod manifest;
         pub mod segment;
         pub mod varint;
     }
-    use { checkpoint, codec, journal, lineage, manifest, segment }
+    use { checkpoint, codec, headerfile, journal, lineage, manifest, segment }
 }
 
 internals! {

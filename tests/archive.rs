@@ -17,6 +17,7 @@ mod support;
 use common::turn_log;
 use sessionlog::event::OwnedEvent;
 use sessionlog::header::SessionHeader;
+use sessionlog::headerfile;
 use sessionlog::store::object_store::{self, ObjectStore, path::Path as ObjectPath};
 use sessionlog::store::{Error, EvictionPolicy, Options, Store};
 use std::path::Path;
@@ -114,6 +115,50 @@ fn sealed_segments_are_uploaded_evicted_and_fetched_back_on_demand() {
     }
 }
 
+/// A small session keeps its checkpoint in its HEADER (format-spec
+/// section 6); the bucket gets a version-1 HEADER (readable by every build
+/// that reads store version 3) and the checkpoint as an object of its own,
+/// which a second host resumes from.
+#[test]
+fn an_embedded_checkpoint_goes_to_the_bucket_as_its_own_object() {
+    for bucket in buckets("embedded") {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = archived_session(&bucket, &tmp.path().join("a"), Some(turn_log(6, "small")));
+        let local = std::fs::read(tmp.path().join("a/sessions/s/HEADER")).unwrap();
+        let local = headerfile::decode(&local).unwrap();
+        let embedded = local
+            .checkpoint
+            .expect("a small session embeds its checkpoint");
+        assert!(!tmp.path().join("a/sessions/s/CHECKPOINT").exists());
+        let find = |name: &str| {
+            objects(&bucket)
+                .into_iter()
+                .find(|(k, _)| k.ends_with(&format!("/sessions/s/{name}")))
+                .map(|(k, _)| object_bytes(&bucket.store, &k))
+        };
+        let theirs = find("HEADER").expect("the HEADER object");
+        assert_eq!(&theirs[8..12], &1u32.to_le_bytes(), "{}", bucket.name);
+        let theirs = headerfile::decode(&theirs).unwrap();
+        assert_eq!(
+            (theirs.uid, theirs.json, theirs.checkpoint),
+            (local.uid, local.json, None),
+            "{}",
+            bucket.name
+        );
+        assert_eq!(
+            find("CHECKPOINT").as_deref(),
+            Some(embedded),
+            "{}",
+            bucket.name
+        );
+
+        let (b, _) = new_host(&bucket, &tmp.path().join("b"), "b");
+        assert_eq!(read_all(&b, "s"), log, "{}", bucket.name);
+        assert!(b.recovery("s").unwrap().used_checkpoint, "{}", bucket.name);
+        b.close().unwrap();
+    }
+}
+
 #[test]
 fn a_session_resumed_elsewhere_fetches_its_checkpoint_and_tail_then_old_segments_on_read() {
     for bucket in buckets("lazy") {
@@ -123,7 +168,6 @@ fn a_session_resumed_elsewhere_fetches_its_checkpoint_and_tail_then_old_segments
         assert!(segs.len() > 5, "{}: {segs:?}", bucket.name);
         let (last, last_size) = segs.last().unwrap().clone();
         let checkpoint_size = object_size(&bucket, "CHECKPOINT");
-
         // A fresh directory (a second host): opening the store brings the
         // store's MANIFEST and the session's HEADER (of the session's
         // objects, only it).
@@ -488,11 +532,11 @@ fn compressed_sealed_segments_stay_local_the_bucket_gets_them_raw() {
             );
         }
         store.close().unwrap();
-        // The local store is version 4 (it holds images); the bucket's
+        // The local store is version 5 (it holds images); the bucket's
         // MANIFEST is the version-3 form of the same store.
         assert_eq!(
             manifest_version(&std::fs::read(dir.join("MANIFEST")).unwrap()),
-            4
+            5
         );
         let theirs = objects
             .iter()
@@ -511,7 +555,7 @@ fn compressed_sealed_segments_stay_local_the_bucket_gets_them_raw() {
         assert_eq!(read_all(&b, "s"), log, "{}", bucket.name);
         b.close().unwrap();
 
-        // Back on the first host (its MANIFEST is version 4, the bucket's
+        // Back on the first host (its MANIFEST is version 5, the bucket's
         // 3: one store), with eviction: the images go once their raw
         // objects are confirmed, and reads fetch the raw segments back.
         let store = Store::open(&dir, compressing(EvictionPolicy::immediately())).unwrap();

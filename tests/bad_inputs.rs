@@ -7,6 +7,7 @@
 //! The two tests at the end are regressions for damage to records a
 //! checkpoint covers (fuzz findings F1 and F2 in RELIABILITY.md).
 
+mod common;
 use sessionlog::adapters::jsonl::read_session;
 use sessionlog::codec::{self, EncodeOptions};
 use sessionlog::event::{Data, Event, OwnedEvent, SurfaceOp};
@@ -302,7 +303,12 @@ fn set_len_field(path: &Path, offset: u64, len: u32) {
 }
 
 fn remove_checkpoint(root: &Path) {
-    std::fs::remove_file(root.join("sessions/s/CHECKPOINT")).expect("remove the checkpoint");
+    let sdir = root.join("sessions/s");
+    assert!(
+        common::checkpoint_place(&sdir).is_some(),
+        "a checkpoint to remove"
+    );
+    common::remove_checkpoint(&sdir);
 }
 
 /// Reopens as the session's writer (recovery with authority: a torn tail
@@ -401,12 +407,12 @@ fn len_max_header(dir: &Path) -> Outcome {
 /// fixed: the checkpoint is refused and the session rebuilt from the log.
 fn len_max_checkpoint(dir: &Path) -> Outcome {
     let (root, _, events) = segmented_store(dir);
-    let path = root.join("sessions/s/CHECKPOINT");
-    let mut bytes = std::fs::read(&path).expect("checkpoint");
+    let sdir = root.join("sessions/s");
+    let mut bytes = common::read_checkpoint(&sdir);
     bytes[84..92].copy_from_slice(&u64::from(u32::MAX).to_le_bytes());
     let crc = crc32(&bytes[..116]);
     bytes[116..120].copy_from_slice(&crc.to_le_bytes());
-    std::fs::write(&path, bytes).expect("write");
+    common::write_checkpoint_bytes(&sdir, &bytes);
     let (store, log) = reopen_and_load(&root)?;
     let rec = store.recovery("s").expect("recovered");
     assert!(!rec.used_checkpoint);
@@ -1250,7 +1256,7 @@ fn rows() -> Vec<Row> {
             expect: Fails(
                 "Manifest",
                 &[
-                    "written by a build using store format version 2; this build reads versions 3 to 4",
+                    "written by a build using store format version 2; this build reads versions 3 to 5",
                     "to migrate",
                 ],
             ),
@@ -1260,7 +1266,7 @@ fn rows() -> Vec<Row> {
             run: manifest_version_ro,
             expect: Fails(
                 "Manifest",
-                &["store format version 2; this build reads versions 3 to 4"],
+                &["store format version 2; this build reads versions 3 to 5"],
             ),
         },
         Row {

@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::{next_turn, turn_log};
-use sessionlog::checkpoint::{self, CHECKPOINT_FILE, Section};
+use common::{checkpoint_place, next_turn, read_checkpoint, turn_log, write_checkpoint_bytes};
+use sessionlog::checkpoint::{self, Section};
 use sessionlog::event::OwnedEvent;
 use sessionlog::header::SessionHeader;
 use sessionlog::store::{Error, Options, Store};
@@ -31,7 +31,8 @@ fn opts() -> Options {
 }
 
 /// A store with one session "s" holding `events` in batches of 4, closed
-/// (so its checkpoint covers everything). Returns the checkpoint's path.
+/// (so its checkpoint covers everything). Returns the session's directory
+/// (its checkpoint is embedded in its `HEADER`, or a file of its own).
 fn build(dir: &Path, events: &[OwnedEvent]) -> PathBuf {
     let store = Store::open(dir, opts()).unwrap();
     store.create(SessionHeader::new("s", 0)).unwrap();
@@ -39,16 +40,16 @@ fn build(dir: &Path, events: &[OwnedEvent]) -> PathBuf {
         store.append("s", batch).unwrap();
     }
     store.close().unwrap();
-    dir.join("sessions").join("s").join(CHECKPOINT_FILE)
+    dir.join("sessions").join("s")
 }
 
 /// Flips one byte in the middle of `section`, leaving its CRC stale.
-fn damage(path: &Path, section: Section) {
-    let mut bytes = std::fs::read(path).unwrap();
+fn damage(sdir: &Path, section: Section) {
+    let mut bytes = read_checkpoint(sdir);
     let range = checkpoint::sections(&bytes).unwrap()[section as usize].clone();
     assert!(!range.is_empty(), "{section:?} is empty");
     bytes[range.start + range.len() / 2] ^= 0x40;
-    std::fs::write(path, bytes).unwrap();
+    write_checkpoint_bytes(sdir, &bytes);
 }
 
 #[test]
@@ -112,7 +113,7 @@ fn each_damaged_lazy_section_rebuilds_at_first_use_with_the_same_answers() {
                     Err(Error::Corrupt {
                         segment, reason, ..
                     }) => {
-                        assert_eq!(segment, path);
+                        assert_eq!(segment, checkpoint_place(&path).unwrap().0);
                         assert!(reason.contains(section.name()), "{reason}");
                         assert_eq!(store.load("s").unwrap().1, events);
                     }
@@ -149,11 +150,11 @@ fn a_version_5_checkpoint_is_ignored_and_the_session_rebuilt() {
     let dir = tempfile::tempdir().unwrap();
     let events = log(12, false);
     let path = build(dir.path(), &events);
-    let mut bytes = std::fs::read(&path).unwrap();
+    let mut bytes = read_checkpoint(&path);
     bytes[8..12].copy_from_slice(&5u32.to_le_bytes());
     let crc = crc32fast::hash(&bytes[..116]);
     bytes[116..120].copy_from_slice(&crc.to_le_bytes());
-    std::fs::write(&path, bytes).unwrap();
+    write_checkpoint_bytes(&path, &bytes);
     let store = Store::open(dir.path(), opts()).unwrap();
     assert_eq!(store.load("s").unwrap().1, events);
     let rec = store.recovery("s").unwrap();
@@ -166,7 +167,7 @@ fn a_version_5_checkpoint_is_ignored_and_the_session_rebuilt() {
     // The writer's next checkpoint is of this version, and is used.
     store.repair("s").unwrap();
     store.close().unwrap();
-    assert_eq!(std::fs::read(&path).unwrap()[8..12], 6u32.to_le_bytes());
+    assert_eq!(read_checkpoint(&path)[8..12], 6u32.to_le_bytes());
     let store = Store::open(dir.path(), opts()).unwrap();
     assert_eq!(store.load("s").unwrap().1, events);
     assert!(store.recovery("s").unwrap().used_checkpoint);
@@ -245,7 +246,7 @@ fn a_checksummed_derive_cache_that_does_not_fit_the_log_rebuilds() {
         d.messages().map(|m| m.to_json()).collect()
     };
     assert!(!expected.is_empty());
-    let mut body = checkpoint::decode(&std::fs::read(&path).unwrap()).unwrap();
+    let mut body = checkpoint::decode(&read_checkpoint(&path)).unwrap();
     let padded = Padded(
         events
             .iter()
@@ -266,7 +267,7 @@ fn a_checksummed_derive_cache_that_does_not_fit_the_log_rebuilds() {
     assert_eq!(cache.len(), expected.len());
     assert!(cache.check(body.state.surface(), &events).is_err());
     body.derive = cache;
-    std::fs::write(&path, checkpoint::encode(&body)).unwrap();
+    write_checkpoint_bytes(&path, &checkpoint::encode(&body));
 
     let store = Store::open_read_only(dir.path()).unwrap();
     let got: Vec<String> = store

@@ -303,23 +303,30 @@ fn an_import_goes_on_past_a_session_another_writer_holds() {
     assert!(ok(&dir, &["verify", "free"]).starts_with("OK free events=6 "));
 }
 
-/// verify fails over a damaged CHECKPOINT, and its hint says the log is
-/// whole without it and how a new one gets written.
+/// verify fails over a damaged checkpoint (a small session's is embedded
+/// in its HEADER), and its hint says the log is whole without it and how a
+/// new one gets written.
 #[test]
 fn verify_reports_a_damaged_checkpoint_with_what_to_do() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("store");
     let file = write_session(tmp.path(), "s.jsonl", "s", &BALANCED);
     ok(&dir, &["import", "-q", path_str(&file)]);
-    let ck = Store::session_dir_in(&dir, "s").unwrap().join("CHECKPOINT");
-    let mut bytes = std::fs::read(&ck).unwrap();
+    let sdir = Store::session_dir_in(&dir, "s").unwrap();
+    let (held_in, _) = common::checkpoint_place(&sdir).expect("a checkpoint");
+    assert!(held_in.ends_with("HEADER"), "{}", held_in.display());
+    let mut bytes = common::read_checkpoint(&sdir);
     let last = bytes.len() - 1;
     bytes[last] ^= 0x01;
-    std::fs::write(&ck, bytes).unwrap();
+    common::write_checkpoint_bytes(&sdir, &bytes);
     let r = sl(&dir, &["verify", "s"]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stdout.starts_with("FAIL s"), "{}", r.stdout);
-    assert!(r.stderr.contains("CHECKPOINT"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("HEADER") && r.stderr.contains("checkpoint embedded"),
+        "{}",
+        r.stderr
+    );
     assert!(
         r.stderr.contains("reads whole without its checkpoint"),
         "{}",
@@ -1261,7 +1268,7 @@ fn export_salvage_gets_the_readable_prefix_of_a_damaged_session() {
     let damaged = &scan.batches[3];
     bytes[damaged.payload.start as usize + 5] ^= 0x10;
     std::fs::write(&seg, &bytes).unwrap();
-    std::fs::remove_file(dir.join("sessions/s/CHECKPOINT")).ok();
+    common::remove_checkpoint(&dir.join("sessions/s"));
 
     let r = sl(&dir, &["export", "s"]);
     assert_eq!(r.code, 1, "{}", r.stderr);

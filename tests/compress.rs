@@ -92,7 +92,7 @@ fn sealed_segments_are_compressed_in_the_background_and_read_the_same() {
     );
 
     let store = Store::open(dir.path(), options(true)).unwrap();
-    assert_eq!(manifest_version(dir.path()), 4, "raised at open");
+    assert_eq!(manifest_version(dir.path()), 5, "raised at open");
     assert_eq!(write(&store, "s", 60), log);
     wait_idle(&store);
     let status = store.compression_status();
@@ -122,7 +122,8 @@ fn sealed_segments_are_compressed_in_the_background_and_read_the_same() {
         reopened.verify("s").unwrap();
     }
     // Without a checkpoint every record is folded again, from the images.
-    std::fs::remove_file(sdir.join("CHECKPOINT")).unwrap();
+    assert!(common::checkpoint_place(&sdir).is_some());
+    common::remove_checkpoint(&sdir);
     let rebuilt = Store::open_read_only(dir.path()).unwrap();
     assert_eq!(view(&rebuilt, "s"), expected);
 }
@@ -143,7 +144,7 @@ fn compress_sealed_compresses_a_store_written_without_it() {
         done.image_bytes * 2 < done.raw_bytes,
         "images take under half: {done:?}"
     );
-    assert_eq!(manifest_version(dir.path()), 4, "raised before the images");
+    assert_eq!(manifest_version(dir.path()), 5, "raised before the images");
     assert_eq!(store.compress_sealed("s").unwrap().segments, 0, "done once");
     // A reader that loaded the session before keeps reading it; one that
     // opens now reads the images.
@@ -446,7 +447,9 @@ fn whole_log_reads_keep_no_image_decoded_and_derive_keeps_its_own() {
     for use_checkpoint in [true, false] {
         if !use_checkpoint {
             // A rebuild decodes every image it folds.
-            std::fs::remove_file(session_dir(dir.path(), "s").join("CHECKPOINT")).unwrap();
+            let sdir = session_dir(dir.path(), "s");
+            assert!(common::checkpoint_place(&sdir).is_some());
+            common::remove_checkpoint(&sdir);
         }
         let reader = Store::open_read_only(dir.path()).unwrap();
         let decoded = |what: &str| {
@@ -568,8 +571,7 @@ fn a_raw_segment_listed_but_gone_is_read_from_its_image_everywhere() {
     // Reads with and without the checkpoint (a rebuild maps every segment).
     for rebuild in [false, true] {
         if rebuild {
-            let ck = session_dir(dir.path(), "s").join("CHECKPOINT");
-            let _ = std::fs::remove_file(ck);
+            common::remove_checkpoint(&session_dir(dir.path(), "s"));
         }
         let reader = Store::open_read_only_with_vfs(dir.path(), stale.clone()).unwrap();
         assert_eq!(view(&reader, "s"), expected, "rebuild: {rebuild}");
@@ -753,13 +755,13 @@ fn calls_other_than_derive_keep_no_image_past_the_budget() {
     assert_eq!(store.load("child").unwrap().1.len(), log.len() + 1);
     store.close().unwrap();
     // A rebuild: the checkpoint's STATE damaged, found by `surface`.
-    let ck = session_dir(dir.path(), "s").join("CHECKPOINT");
-    let mut bytes = std::fs::read(&ck).unwrap();
+    let sdir = session_dir(dir.path(), "s");
+    let mut bytes = common::read_checkpoint(&sdir);
     let state = sessionlog::checkpoint::sections(&bytes).unwrap()
         [sessionlog::checkpoint::Section::State as usize]
         .clone();
     bytes[state.start + state.len() / 2] ^= 0x40;
-    std::fs::write(&ck, bytes).unwrap();
+    common::write_checkpoint_bytes(&sdir, &bytes);
     let store = none();
     store.surface("s").unwrap();
     assert!(store.recovery("s").unwrap().rebuild_reason.is_some());

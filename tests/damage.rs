@@ -1,8 +1,9 @@
 //! Damage campaigns over every file the store writes.
 //!
 //! A small closed store holds one of each kind of file: `MANIFEST` (of
-//! version 4), a session's `HEADER`, sealed segments (with footers), their
+//! version 5), a session's `HEADER`, sealed segments (with footers), their
 //! compressed images (`.segz`) and an active segment, a `CHECKPOINT`, a
+//! `HEADER` embedding its session's checkpoint (version 2), a
 //! fork's `LINEAGE` (and hard-linked raw segments), plus an
 //! orphaned journal file whose entries its segments also hold (a handle
 //! that died after syncing). Each file in turn gets one byte changed (every
@@ -25,17 +26,19 @@
 //!   clears;
 //! - the open deletes nothing but the files replay accounts for (an
 //!   intact orphaned journal) and rewrites nothing but checkpoints;
-//! - a `CHECKPOINT` still damaged after the open is reported by `verify`
+//! - a checkpoint (a `CHECKPOINT`, or one a `HEADER` embeds) still damaged
+//!   after the open is reported by `verify`
 //!   (the log reads whole without it, but its damage is never hidden).
 
 use sessionlog::event::OwnedEvent;
 use sessionlog::header::SessionHeader;
+use sessionlog::headerfile;
 use sessionlog::store::{Error, Options, Store};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{fast_tempdir, next_turn, turn_log};
+use common::{checkpoint_place, fast_tempdir, next_turn, turn_log};
 
 const SESSIONS: [&str; 3] = ["s", "f", "j"];
 
@@ -60,9 +63,12 @@ fn seen(store: &Store, id: &str) -> Result<Seen, Error> {
     let messages = store.derive(id)?.messages().map(|m| m.to_json()).collect();
     match store.verify(id) {
         Ok(_) => {}
-        // A damaged CHECKPOINT is reported while the log reads whole without
-        // it (`check` makes sure it is reported).
+        // A damaged checkpoint (a CHECKPOINT file, or the one a HEADER
+        // embeds) is reported while the log reads whole without it (`check`
+        // makes sure it is reported).
         Err(Error::Corrupt { segment, .. }) if segment.ends_with("CHECKPOINT") => {}
+        Err(Error::Corrupt { reason, .. })
+            if reason.starts_with("the checkpoint embedded in HEADER") => {}
         Err(e) => return Err(e),
     }
     Ok(Seen { events, messages })
@@ -70,7 +76,15 @@ fn seen(store: &Store, id: &str) -> Result<Seen, Error> {
 
 /// Builds the store in `dir`; returns what each session reads.
 fn build(dir: &Path) -> BTreeMap<String, Seen> {
-    let store = Store::open(dir, options()).unwrap();
+    // s and f keep their checkpoints in CHECKPOINT files, j in its HEADER.
+    let store = Store::open(
+        dir,
+        Options {
+            embed_checkpoints: false,
+            ..options()
+        },
+    )
+    .unwrap();
     store.create(SessionHeader::new("s", 0)).unwrap();
     let log = turn_log(30, "s");
     let turns: Vec<_> = log.chunk_by(|_, b| b.kind != "turn/start").collect();
@@ -91,7 +105,7 @@ fn build(dir: &Path) -> BTreeMap<String, Seen> {
         store.append("s", turn).unwrap();
     }
     // s's sealed segments written after the fork become images (the
-    // store's manifest version 4); those the fork links stay raw, shared.
+    // store's manifest version 5); those the fork links stay raw, shared.
     let done = store.compress_sealed("s").unwrap();
     assert!(done.segments >= 1 && done.shared >= 1, "{done:?}");
     store.close().unwrap();
@@ -231,32 +245,45 @@ fn check(
             }
             Err(e) => assert!(names_a_file(&e, dir), "{what}: {id}: {e}"),
         }
-        // A CHECKPOINT still damaged after the open is reported by verify
-        // (it is a cache the log rebuilds, but its damage is never hidden).
-        let ck = Store::session_dir_in(dir, id).unwrap().join("CHECKPOINT");
-        let damaged = std::fs::read(&ck).ok().is_some_and(|b| {
-            matches!(
-                sessionlog::checkpoint::decode(&b),
-                Err(e) if !matches!(e, sessionlog::checkpoint::CheckpointError::UnsupportedVersion { .. })
-            )
+        // A checkpoint still damaged after the open (its CHECKPOINT file, or
+        // the one its HEADER embeds) is reported by verify (it is a cache
+        // the log rebuilds, but its damage is never hidden).
+        let place = checkpoint_place(&Store::session_dir_in(dir, id).unwrap());
+        let damaged = place.as_ref().is_some_and(|(ck, at)| {
+            std::fs::read(ck).ok().is_some_and(|b| {
+                matches!(
+                    sessionlog::checkpoint::decode(&b[*at..]),
+                    Err(e) if !matches!(e, sessionlog::checkpoint::CheckpointError::UnsupportedVersion { .. })
+                )
+            })
         });
         if damaged && listed.contains(id) {
+            let ck = &place.as_ref().unwrap().0;
             match store.verify(id) {
-                Err(Error::Corrupt { segment, .. }) if segment == ck => {}
+                Err(Error::Corrupt { segment, .. }) if &segment == ck => {}
                 Err(e) => assert!(names_a_file(&e, dir), "{what}: {id}: {e}"),
-                Ok(_) => panic!("{what}: {id}: verify passed over a damaged CHECKPOINT"),
+                Ok(_) => panic!(
+                    "{what}: {id}: verify passed over a damaged checkpoint in {}",
+                    ck.display()
+                ),
             }
         }
     }
     // Nothing deleted but an intact orphan journal; nothing rewritten but
-    // checkpoints, and segments only by the journal's write-back, which
-    // puts back bytes the undamaged file had (a cut segment gets its
-    // journaled records again).
+    // checkpoints (a HEADER only in the checkpoint it embeds: its uid and
+    // header line as they were), and segments only by the journal's
+    // write-back, which puts back bytes the undamaged file had (a cut
+    // segment gets its journaled records again).
     let after = files(dir);
+    let same_header = |a: &[u8], b: &[u8]| {
+        let (a, b) = (headerfile::decode(a), headerfile::decode(b));
+        matches!((a, b), (Ok(a), Ok(b)) if (a.uid, a.json) == (b.uid, b.json))
+    };
     for (rel, bytes) in before {
         let name = rel.file_name().unwrap().to_str().unwrap();
         match after.get(rel) {
             Some(now) if now == bytes || name == "CHECKPOINT" => {}
+            Some(now) if name == "HEADER" && same_header(now, bytes) => {}
             Some(now) => {
                 let undamaged = &pristine[rel];
                 // A byte neither the damaged nor the undamaged file had
@@ -370,7 +397,11 @@ fn one_changed_byte_in_any_file_is_found_or_harmless() {
         if name == "LOCK" {
             continue; // empty: locks live on its byte ranges, not its bytes
         }
-        let kind = if name.ends_with(".seg") {
+        let embeds =
+            name == "HEADER" && headerfile::decode(bytes).is_ok_and(|h| h.checkpoint.is_some());
+        let kind = if embeds {
+            "HEADER with a checkpoint".to_owned()
+        } else if name.ends_with(".seg") {
             "segment".to_owned()
         } else if name.ends_with(".segz") {
             "segment image".to_owned()
@@ -394,6 +425,7 @@ fn one_changed_byte_in_any_file_is_found_or_harmless() {
     let expected: BTreeSet<String> = [
         "CHECKPOINT",
         "HEADER",
+        "HEADER with a checkpoint",
         "LINEAGE",
         "MANIFEST",
         "journal",

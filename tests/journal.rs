@@ -384,8 +384,9 @@ fn store_with_a_damaged_journal(dir: &Path) -> (PathBuf, Vec<u8>, usize) {
     // checkpoints: the segment writes only the journal made durable.
     for id in [&s0, &s1] {
         lose_unsynced_segment_writes(dir, id);
-        let cp = Store::session_dir_in(dir, id).unwrap().join("CHECKPOINT");
-        std::fs::remove_file(cp).unwrap();
+        let sdir = Store::session_dir_in(dir, id).unwrap();
+        assert!(common::checkpoint_place(&sdir).is_some());
+        common::remove_checkpoint(&sdir);
     }
     (orphan, bytes, last)
 }

@@ -242,7 +242,7 @@ fn manifest_version_mismatch_names_both_versions() {
         assert!(
             matches!(
                 err,
-                ManifestError::UnsupportedVersion { found: f, supported: 4, .. } if f == found
+                ManifestError::UnsupportedVersion { found: f, supported: 5, .. } if f == found
             ),
             "{err}"
         );
@@ -251,7 +251,7 @@ fn manifest_version_mismatch_names_both_versions() {
             msg.contains(&format!("store format version {found}")),
             "{msg}"
         );
-        assert!(msg.contains("reads versions 3 to 4"), "{msg}");
+        assert!(msg.contains("reads versions 3 to 5"), "{msg}");
         assert!(msg.contains("export"), "says how to migrate: {msg}");
     }
 

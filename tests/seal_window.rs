@@ -43,7 +43,8 @@ fn a_reader_that_maps_a_segment_between_its_footer_and_its_cut_reads_nothing_pas
     let sealed_len = std::fs::metadata(&segs[0]).unwrap().len();
     for with_checkpoint in [true, false] {
         if !with_checkpoint {
-            std::fs::remove_file(session.join("CHECKPOINT")).unwrap();
+            assert!(common::checkpoint_place(&session).is_some());
+            common::remove_checkpoint(&session);
         }
         // The file between the footer's write and the cut: the footer in
         // place, 256 KiB of preallocated zeros after it.

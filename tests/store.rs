@@ -1,5 +1,6 @@
 //! The durable store: round trips, recovery, repair, locking, checkpoints.
 
+mod common;
 use sessionlog::adapters::jsonl;
 use sessionlog::build;
 use sessionlog::event::{Data, Event, OwnedEvent};
@@ -101,7 +102,7 @@ fn files_are_private() {
     }
     assert!(
         seen >= 7,
-        "store, LOCK, MANIFEST, sessions, s, HEADER, segment, CHECKPOINT"
+        "store, LOCK, MANIFEST, sessions, s, HEADER (with the checkpoint), segment"
     );
 }
 
@@ -309,7 +310,7 @@ fn truncating_the_last_segment_anywhere_recovers_a_prefix_of_whole_batches() {
 fn copy_without_checkpoint(dir: &Path) -> tempfile::TempDir {
     let copy = tempfile::tempdir().unwrap();
     copy_dir(dir, copy.path());
-    let _ = std::fs::remove_file(segment_path(copy.path()).with_file_name("CHECKPOINT"));
+    common::remove_checkpoint(segment_path(copy.path()).parent().unwrap());
     copy
 }
 
@@ -381,12 +382,11 @@ fn checkpoint_loss_or_damage_rebuilds_the_same_answers() {
         store.close().unwrap();
         r
     };
-    let ckpt = segment_path(dir.path()).with_file_name("CHECKPOINT");
-    assert!(ckpt.exists(), "close writes a checkpoint");
-    let mut bytes = std::fs::read(&ckpt).unwrap();
+    let sdir = segment_path(dir.path()).parent().unwrap().to_owned();
+    let mut bytes = common::read_checkpoint(&sdir); // close writes one
     let n = bytes.len();
     bytes[n / 2] ^= 0x40;
-    std::fs::write(&ckpt, &bytes).unwrap();
+    common::write_checkpoint_bytes(&sdir, &bytes);
     let store = Store::open(dir.path(), small_opts()).unwrap();
     let got = (
         store.load("s").unwrap().1,
@@ -399,7 +399,8 @@ fn checkpoint_loss_or_damage_rebuilds_the_same_answers() {
         "{rec:?}"
     );
     store.close().unwrap();
-    std::fs::remove_file(&ckpt).unwrap();
+    assert!(common::checkpoint_place(&sdir).is_some(), "close wrote one");
+    common::remove_checkpoint(&sdir);
     let store = Store::open(dir.path(), small_opts()).unwrap();
     assert_eq!(
         (
@@ -772,14 +773,15 @@ fn damaged_session_metadata_is_reported_and_kept_never_deleted() {
     let session = dir.path().join("sessions/s");
     let header = session.join("HEADER");
     let good = std::fs::read(&header).unwrap();
+    // The header's own bytes end with its JSON (a checkpoint may follow).
+    let end = 36 + u32::from_le_bytes(good[28..32].try_into().unwrap()) as usize;
     let cases: Vec<(&str, Option<Vec<u8>>)> = vec![
-        ("cut", Some(good[..good.len() - 1].to_vec())),
+        ("cut", Some(good[..end - 1].to_vec())),
         (
             "flipped",
             Some({
                 let mut b = good.clone();
-                let n = b.len();
-                b[n - 3] ^= 1;
+                b[end - 3] ^= 1;
                 b
             }),
         ),
@@ -834,8 +836,8 @@ fn a_checksummed_but_inconsistent_checkpoint_is_not_trusted() {
     let dir = tempfile::tempdir().unwrap();
     let log = long_log(10);
     write_closed_store(dir.path(), &log);
-    let path = segment_path(dir.path()).with_file_name("CHECKPOINT");
-    let bytes = std::fs::read(&path).unwrap();
+    let sdir = segment_path(dir.path()).parent().unwrap().to_owned();
+    let bytes = common::read_checkpoint(&sdir);
     let body = checkpoint::decode(&bytes).unwrap();
     // A cycle in the surface list, written with valid checksums. STATE
     // starts with the surface's nodes (format-spec.md section 5): their
@@ -847,7 +849,7 @@ fn a_checksummed_but_inconsistent_checkpoint_is_not_trusted() {
     assert_eq!(&bad[at..at + 13], &[10, 1, 0, 2, 0, 0, 1, 4, 1, 3, 1, 0, 1]);
     bad[at + 9] = 1;
     checkpoint::fix_checksums(&mut bad).unwrap();
-    std::fs::write(&path, bad).unwrap();
+    common::write_checkpoint_bytes(&sdir, &bad);
     let store = Store::open(dir.path(), small_opts()).unwrap();
     // Reading events uses only the checkpoint's batch index, which is sound.
     assert_eq!(store.load("s").unwrap().1, log);
@@ -863,7 +865,7 @@ fn a_checksummed_but_inconsistent_checkpoint_is_not_trusted() {
     // A data location outside the log.
     let mut bad = body.clone();
     bad.node_locs[0].1.offset = u64::MAX / 2;
-    std::fs::write(&path, checkpoint::encode(&bad)).unwrap();
+    common::write_checkpoint_bytes(&sdir, &checkpoint::encode(&bad));
     let store = Store::open(dir.path(), small_opts()).unwrap();
     assert_eq!(store.derive("s").unwrap().messages().count(), 10);
     assert!(!store.recovery("s").unwrap().used_checkpoint);
@@ -912,6 +914,13 @@ fn covered_records_that_are_missing_are_corruption() {
 /// occupy. The bound: allocated blocks at most 1.5x the segments' bytes
 /// rounded up to whole 4 KiB blocks, plus one block per session for its
 /// `HEADER` (a file of its own; see BENCHMARKS.md for the figure).
+/// Whether the file system under `dir` allocates in 4 KiB blocks (the
+/// space target assumes it: a file takes at least one block).
+fn blocks_are_4k(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir).is_ok_and(|m| m.blksize() == 4096)
+}
+
 #[test]
 fn small_sessions_keep_no_preallocated_space() {
     use sessionlog::sample::{Sample, SampleConfig};
@@ -944,6 +953,15 @@ fn small_sessions_keep_no_preallocated_space() {
         allocated as f64 <= 1.5 * blocks as f64,
         "{allocated} allocated for {bytes} bytes of log ({blocks} in whole blocks with HEADERs)"
     );
+    // Issue 13's target: at most 1.5x the bytes the segments hold. Each
+    // session keeps one metadata block (its HEADER, which embeds its
+    // checkpoint); with a CHECKPOINT file of its own too it took 1.51x.
+    if blocks_are_4k(dir.path()) {
+        assert!(
+            allocated as f64 <= 1.5 * bytes as f64,
+            "{allocated} allocated for {bytes} bytes of log"
+        );
+    }
     // Whatever the block size: no session keeps a preallocated megabyte.
     assert!(allocated < 1000 * (256 << 10), "{allocated}");
 }

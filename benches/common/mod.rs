@@ -24,9 +24,13 @@ pub fn smoke() -> bool {
     std::env::var("SESSIONLOG_BENCH_SMOKE").is_ok_and(|v| v == "1")
 }
 
+/// The store options of the benches: the default, with the checkpoint
+/// always in its own `CHECKPOINT` file (a small session's would go into
+/// its `HEADER`), so a bench can delete and restore it by its path.
 pub fn options(durability: Durability) -> Options {
     Options {
         durability,
+        embed_checkpoints: false,
         ..Options::default()
     }
 }

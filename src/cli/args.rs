@@ -217,7 +217,8 @@ pub(crate) enum Command {
     },
     /// Store mode: store the sealed segments of one session (or all) as
     /// compressed images now (`format-spec.md` section 3.5); the store is
-    /// raised to format version 4 first, which older builds refuse. Prints
+    /// raised to the newest format version first (5), which older builds
+    /// refuse. Prints
     /// what each session saved.
     Compress {
         /// Seal each session's active segment first, so its whole log is

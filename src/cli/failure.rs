@@ -92,7 +92,11 @@ pub(crate) fn store_err(e: store::Error) -> Failure {
         E::Corrupt { reason, .. } if reason.starts_with("journal:") => {
             "nothing was changed; that journal file may hold the only copy of acknowledged batches, so no stored session is written while it lies there: `salvage-journals` writes back what it still holds and moves it to journal/damaged/"
         }
-        E::Corrupt { segment, .. } if segment.ends_with("CHECKPOINT") => {
+        E::Corrupt {
+            segment, reason, ..
+        } if segment.ends_with("CHECKPOINT")
+            || reason.starts_with("the checkpoint embedded in HEADER") =>
+        {
             "nothing was changed; the session's log verified and reads whole without its checkpoint, which is a cache: once you know no record is missing (compare with a backup or the harness's own copy), `repair ID` takes the session and the store's close writes a new one"
         }
         E::Corrupt { .. } => {

@@ -352,7 +352,7 @@ impl Store {
     /// raises it to format version 4 (see the option).
     pub fn compress_sealed(&self, id: &str) -> Result<Compressed> {
         self.writable()?;
-        self.upgrade_for_images()?;
+        self.raise_store_version()?;
         let vfs = &*self.inner.vfs;
         self.with_session(id, |s| {
             self.ensure_writer(s)?;
@@ -422,19 +422,6 @@ impl Store {
                 });
             }
         }
-    }
-
-    /// Raises the store to format version 4 before its first image.
-    fn upgrade_for_images(&self) -> Result<()> {
-        let mut m = self
-            .inner
-            .manifest
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if m.version < crate::manifest::STORE_FORMAT_VERSION {
-            *m = m.upgrade_with(&*self.inner.vfs, &self.inner.dir)?;
-        }
-        Ok(())
     }
 }
 

@@ -522,6 +522,23 @@ impl Store {
         }
     }
 
+    /// Raises the store to the newest format version
+    /// ([`crate::manifest::STORE_FORMAT_VERSION`]) before this handle first
+    /// writes what only such a reader reads: a compressed image (version
+    /// 4), a `HEADER` with an embedded checkpoint (version 5). Durable
+    /// before the caller writes anything (format-spec section 2).
+    pub(super) fn raise_store_version(&self) -> Result<()> {
+        let mut m = self
+            .inner
+            .manifest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if m.version < crate::manifest::STORE_FORMAT_VERSION {
+            *m = m.upgrade_with(&*self.inner.vfs, &self.inner.dir)?;
+        }
+        Ok(())
+    }
+
     /// Whether `slot` is session `id`'s entry in the map (not one forgotten).
     fn is_current(&self, id: &str, slot: &Arc<Mutex<Session>>) -> bool {
         self.inner

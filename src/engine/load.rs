@@ -262,10 +262,11 @@ impl Store {
         // The checkpoint is a cache: use it only if the record it claims to
         // end at is in the log, with the checksum it recorded.
         let mut covered: Option<Coverage> = None;
-        let opened = if use_checkpoint {
-            checkpoint::open_with(vfs, &s.dir)
+        let (ck_place, opened) = if use_checkpoint {
+            let (place, opened) = super::ckfile::open(vfs, &s.dir);
+            (Some(place), opened)
         } else {
-            Err(checkpoint::CheckpointError::Missing)
+            (None, Err(checkpoint::CheckpointError::Missing))
         };
         match opened {
             Ok(ck) => {
@@ -332,7 +333,10 @@ impl Store {
                     s.lazy = Some(Arc::new(ck));
                 }
             }
-            Err(e) if use_checkpoint => rec.rebuild_reason = Some(e.to_string()),
+            Err(e) if use_checkpoint => {
+                let at = ck_place.map(|p| p.path.display().to_string());
+                rec.rebuild_reason = Some(format!("{}: {e}", at.unwrap_or_default()));
+            }
             Err(_) => {}
         }
         rec.used_checkpoint = covered.is_some();

@@ -10,6 +10,7 @@
 //! - [`locks`]: per-session writer locks, shared by every process;
 //! - [`session`]: one loaded session and its read indexes;
 //! - [`load`]: loading and recovering a session from its files;
+//!   [`ckfile`]: where its checkpoint lives (a file, or its `HEADER`);
 //! - [`write`]: the append path and the store-level changes built on it;
 //! - [`publish`]: building a whole session in staging and publishing it
 //!   (import, fork);
@@ -36,6 +37,7 @@
 pub(crate) mod archive;
 #[cfg(feature = "archive")]
 pub(crate) use archive::hooks;
+pub(crate) mod ckfile;
 pub(crate) mod compress;
 pub(crate) mod error;
 pub(crate) mod events;

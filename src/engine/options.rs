@@ -66,14 +66,24 @@ pub struct Options {
     /// segment at a time and keep none; a derive keeps the segments
     /// holding the messages it reads decoded while the session is loaded
     /// (`SessionStats::decoded_bytes`). The active segment, the hot tail,
-    /// is never compressed. Turning it on raises the store to format
-    /// version 4 (`format-spec.md`, sections 2 and 3.5), which builds
-    /// older than 2026-12-06 refuse; any build that reads version 4 reads
-    /// compressed segments whatever this option says. With an archive,
+    /// is never compressed. Turning it on raises the store to the newest
+    /// format version (5; images came with version 4: `format-spec.md`,
+    /// sections 2 and 3.5), which older builds refuse; any build that reads
+    /// version 4 reads compressed segments whatever this option says. With an archive,
     /// images stay local: the bucket holds every segment raw (an image is
     /// decoded for its upload), so hosts with and without this option
     /// share one bucket.
     pub compress_sealed: bool,
+    /// A small session's checkpoint is kept at the end of its `HEADER`
+    /// rather than in a `CHECKPOINT` file of its own, when the `HEADER`
+    /// then fits in 4 KiB (default on): a file costs a whole block of the
+    /// disk, so 1,000 sessions of ~16 KB kept a quarter of their bytes
+    /// again in checkpoint blocks. The first such `HEADER` raises the store
+    /// to format version 5 (`format-spec.md`, sections 2 and 6), which
+    /// older builds refuse; off keeps a store they can read (every
+    /// checkpoint in its own file). Any build that reads version 5 reads
+    /// both, whatever this option says.
+    pub embed_checkpoints: bool,
     /// Bytes of decoded compressed images this handle keeps for later
     /// derives (default 256 MiB). A derive reads message data in place, so
     /// it decodes the images holding the messages it reads; while the
@@ -120,6 +130,7 @@ impl Default for Options {
             journal: false,
             journal_file_size: 32 << 20,
             compress_sealed: false,
+            embed_checkpoints: true,
             max_decoded_images: 256 << 20,
             strict: false,
             max_open_sessions: 512,

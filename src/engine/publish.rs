@@ -408,10 +408,7 @@ impl Store {
                 // session unfinished and syncs its directories before it
                 // acknowledges anything (`ensure_writer`); a checkpoint is a
                 // cache, so removing it loses nothing.
-                let _ = self
-                    .inner
-                    .vfs
-                    .remove_file(&c.dir.join(crate::checkpoint::CHECKPOINT_FILE));
+                let _ = super::ckfile::remove(&*self.inner.vfs, &c.dir);
                 c.lock = s.lock.take();
                 *s = c;
                 return Err(Error::Io { path, source });

@@ -5,6 +5,10 @@ use super::events::BatchCursor;
 use super::handle::Store;
 use super::session::{Session, Snapshot};
 use crate::checkpoint;
+
+/// How `verify` starts its reason for a damaged checkpoint a `HEADER`
+/// embeds (the error names the `HEADER`, whose header itself is sound).
+pub(crate) const EMBEDDED_DAMAGE: &str = "the checkpoint embedded in HEADER: ";
 use crate::codec;
 use crate::derive::{DeriveCache, Message};
 use crate::event::{Event, OwnedEvent};
@@ -69,7 +73,8 @@ pub struct SessionStats {
     pub jsonl_bytes: u64,
     /// Events appended since the last checkpoint.
     pub events_since_checkpoint: u64,
-    /// When the checkpoint file was last written.
+    /// When the checkpoint was last written (its file, or the `HEADER`
+    /// that embeds it).
     pub checkpoint_modified: Option<std::time::SystemTime>,
 }
 
@@ -298,24 +303,33 @@ impl Store {
     /// writer).
     fn verify_checkpoint(&self, s: &Session, id: &str) -> Result<()> {
         use checkpoint::CheckpointError as E;
-        let checked = checkpoint::open_with(&*self.inner.vfs, &s.dir)
-            .and_then(|ck| ck.materialise().map(drop));
-        let path = s.dir.join(checkpoint::CHECKPOINT_FILE);
+        // A checkpoint embedded in the HEADER is named by the HEADER.
+        let (place, opened) = super::ckfile::open(&*self.inner.vfs, &s.dir);
+        let checked = opened.and_then(|ck| ck.materialise().map(drop));
         match checked {
             Ok(()) | Err(E::Missing | E::UnsupportedVersion { .. }) => Ok(()),
-            Err(E::Io(source)) => Err(Error::Io { path, source }),
+            Err(E::Io(source)) => Err(Error::Io {
+                path: place.path,
+                source,
+            }),
             Err(e) => Err(Error::Corrupt {
                 session: id.to_owned(),
-                segment: path,
-                offset: match &e {
-                    E::Malformed { offset, .. } => *offset,
-                    _ => 0,
-                },
+                offset: place.at
+                    + match &e {
+                        E::Malformed { offset, .. } => *offset,
+                        _ => 0,
+                    },
                 reason: format!(
-                    "{e}; the log verified and is read without it, but records it covered could \
-                     be missing unnoticed; once the log is known whole, the session's next \
-                     writer (a repair, or any append) replaces it at close"
+                    "{}{e}; the log verified and is read without it, but records it covered \
+                     could be missing unnoticed; once the log is known whole, the session's \
+                     next writer (a repair, or any append) replaces it at close",
+                    if place.embedded() {
+                        EMBEDDED_DAMAGE
+                    } else {
+                        ""
+                    }
                 ),
+                segment: place.path,
             }),
         }
     }
@@ -359,11 +373,9 @@ impl Store {
             e.write_json(&mut buf);
             jsonl_bytes += buf.len() as u64 + 1;
         }
-        let checkpoint_modified = self
-            .inner
-            .vfs
-            .metadata(&s.dir.join(checkpoint::CHECKPOINT_FILE))
-            .ok()
+        // The file the checkpoint is in: its own, or the HEADER embedding it.
+        let checkpoint_modified = super::ckfile::location(&*self.inner.vfs, &s.dir)
+            .and_then(|path| self.inner.vfs.metadata(&path).ok())
             .and_then(|m| m.modified);
         let vfs = &*self.inner.vfs;
         let mut allocated = 0;

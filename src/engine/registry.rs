@@ -27,9 +27,9 @@
 //! is *unaccounted*: reported by [`Registry::scan`], never deleted.
 
 use super::locks::{SessionLock, lock_key};
-use crate::format::bytes::le_u32;
 use crate::fsutil::{self, encode_session_dir_name};
 use crate::header::SessionHeader;
+use crate::headerfile;
 use crate::vfs::Vfs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -42,16 +42,7 @@ pub(crate) const STAGING_DIR: &str = ".staging";
 /// Sessions deleted or replaced, being removed.
 pub(crate) const TRASH_DIR: &str = ".trash";
 /// The file that makes a directory a session.
-pub(crate) const HEADER_FILE: &str = "HEADER";
-
-/// `HEADER` magic.
-pub(crate) const HEADER_MAGIC: [u8; 8] = *b"SLOGHEAD";
-/// `HEADER` format version.
-pub(crate) const HEADER_VERSION: u32 = 1;
-/// Fixed part of a `HEADER`: magic, version, uid, length, CRC.
-const HEADER_FIXED: usize = 8 + 4 + 16 + 4 + 4;
-/// The largest header JSON accepted (a header is a few hundred bytes).
-const MAX_HEADER_JSON: usize = 1 << 20;
+pub(crate) use crate::headerfile::HEADER_FILE;
 /// Stores with at least this many entries are scanned by several threads.
 const PARALLEL_SCAN_MIN: usize = 512;
 /// What one scan thread found: sessions, and entries that are not ones.
@@ -86,68 +77,17 @@ pub struct Unaccounted {
     pub reason: String,
 }
 
-/// Encodes a `HEADER` file:
-///
-/// | offset | size | field |
-/// | --- | --- | --- |
-/// | 0 | 8 | magic `SLOGHEAD` |
-/// | 8 | 4 | version, u32 = 1 |
-/// | 12 | 16 | session uid |
-/// | 28 | 4 | `n`: length of the header JSON, u32 |
-/// | 32 | 4 | CRC-32 of bytes 0..32 and the JSON |
-/// | 36 | `n` | the harness's header line (JSON, no newline) |
+/// Encodes a `HEADER` file (version 1; format-spec section 6).
 pub(crate) fn encode_header(header: &SessionHeader, uid: &[u8; 16]) -> Vec<u8> {
-    let json = header.to_json();
-    let mut b = Vec::with_capacity(HEADER_FIXED + json.len());
-    b.extend_from_slice(&HEADER_MAGIC);
-    b.extend_from_slice(&HEADER_VERSION.to_le_bytes());
-    b.extend_from_slice(uid);
-    b.extend_from_slice(&(json.len() as u32).to_le_bytes());
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&b);
-    crc.update(json.as_bytes());
-    b.extend_from_slice(&crc.finalize().to_le_bytes());
-    b.extend_from_slice(json.as_bytes());
-    b
+    headerfile::encode(&header.to_json(), uid)
 }
 
 /// Decodes a `HEADER` file; the error says what is wrong.
 pub(crate) fn decode_header(bytes: &[u8]) -> Result<(SessionHeader, [u8; 16]), String> {
-    if bytes.len() < HEADER_FIXED {
-        return Err(format!(
-            "{} bytes, shorter than the {HEADER_FIXED}-byte fixed part",
-            bytes.len()
-        ));
-    }
-    if bytes[0..8] != HEADER_MAGIC {
-        return Err("bad magic (not a session HEADER)".into());
-    }
-    let version = le_u32(bytes, 8);
-    if version != HEADER_VERSION {
-        return Err(format!(
-            "HEADER format version {version}; this build reads only version {HEADER_VERSION}"
-        ));
-    }
-    let n = le_u32(bytes, 28) as usize;
-    if n > MAX_HEADER_JSON || bytes.len() != HEADER_FIXED + n {
-        return Err(format!(
-            "header length {n} does not match the file's {} bytes",
-            bytes.len()
-        ));
-    }
-    let stored = le_u32(bytes, 32);
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&bytes[0..32]);
-    crc.update(&bytes[HEADER_FIXED..]);
-    if crc.finalize() != stored {
-        return Err("checksum mismatch".into());
-    }
-    let json = std::str::from_utf8(&bytes[HEADER_FIXED..])
-        .map_err(|_| "the header is not UTF-8".to_string())?;
+    let file = headerfile::decode(bytes)?;
     let header =
-        SessionHeader::from_stored_json(json).map_err(|v| format!("bad header JSON: {v}"))?;
-    let uid = bytes[12..28].try_into().expect("16 bytes");
-    Ok((header, uid))
+        SessionHeader::from_stored_json(file.json).map_err(|v| format!("bad header JSON: {v}"))?;
+    Ok((header, file.uid))
 }
 
 /// Why a session could not be looked up.

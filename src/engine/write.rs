@@ -538,13 +538,28 @@ impl Store {
             batches: s.batches.to_vec(),
             node_locs: s.node_locs.0.clone(),
         };
-        checkpoint::write_with(&*self.inner.vfs, &s.dir, &body).map_err(|source| {
-            Error::Checkpoint {
-                session: s.header.id.clone(),
-                dir: s.dir.clone(),
-                source,
+        let bytes = checkpoint::encode(&body);
+        let vfs = &*self.inner.vfs;
+        let failed = |e: std::io::Error| Error::Checkpoint {
+            session: s.header.id.clone(),
+            dir: s.dir.clone(),
+            source: e.into(),
+        };
+        // A small session's checkpoint goes into its HEADER (one block
+        // instead of two); the store must be of a version that reads it.
+        let embedding = if self.inner.options.embed_checkpoints {
+            super::ckfile::embedding(vfs, &s.dir, &bytes).map_err(failed)?
+        } else {
+            None
+        };
+        match embedding {
+            Some(header) => {
+                self.raise_store_version()?;
+                super::ckfile::put(vfs, &s.dir, super::registry::HEADER_FILE, &header)
             }
-        })?;
+            None => super::ckfile::put(vfs, &s.dir, checkpoint::CHECKPOINT_FILE, &bytes),
+        }
+        .map_err(failed)?;
         s.since_checkpoint = 0;
         Ok(())
     }

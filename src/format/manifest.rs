@@ -45,10 +45,12 @@ pub const MANIFEST_FILE: &str = "MANIFEST";
 /// Magic bytes at offset 0 of the manifest.
 pub const MANIFEST_MAGIC: [u8; 8] = *b"SLOGSTOR";
 
-/// The newest store format version this build reads and writes: 4, a store
-/// whose sealed segments may be stored compressed. Stores are created at
-/// [`STORE_FORMAT_OLDEST`] and upgraded when compression is turned on.
-pub const STORE_FORMAT_VERSION: u32 = 4;
+/// The newest store format version this build reads and writes: 5, a store
+/// whose sealed segments may be stored compressed (version 4) and whose
+/// small sessions may keep their checkpoint in their `HEADER` (version 5).
+/// Stores are created at [`STORE_FORMAT_OLDEST`] and upgraded before the
+/// first file only a newer reader reads is written.
+pub const STORE_FORMAT_VERSION: u32 = 5;
 
 /// The oldest store format version this build reads (and creates).
 pub const STORE_FORMAT_OLDEST: u32 = 3;
@@ -367,8 +369,8 @@ impl Manifest {
     /// whole to a temporary name, `fsync`ed, renamed over `MANIFEST` and
     /// the directory `fsync`ed, so a crash leaves the old manifest or the
     /// new one, and the new one is durable before the caller writes
-    /// anything only a version-4 reader can see. Concurrent upgraders
-    /// write the same bytes.
+    /// anything only a reader of the new version can read. Concurrent
+    /// upgraders write the same bytes.
     pub fn upgrade_with(&self, vfs: &dyn Vfs, dir: &Path) -> Result<Manifest, ManifestError> {
         if self.version == STORE_FORMAT_VERSION {
             return Ok(*self);

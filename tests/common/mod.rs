@@ -406,6 +406,50 @@ pub fn options() -> Options {
     }
 }
 
+/// Where the checkpoint of the session in `session_dir` is: its
+/// `CHECKPOINT` file (from byte 0), or embedded in its `HEADER` (from the
+/// end of the header JSON; format-spec section 6). `None` without one.
+pub fn checkpoint_place(session_dir: &Path) -> Option<(PathBuf, usize)> {
+    use sessionlog::headerfile;
+    let file = session_dir.join(sessionlog::checkpoint::CHECKPOINT_FILE);
+    if file.exists() {
+        return Some((file, 0));
+    }
+    let path = session_dir.join(headerfile::HEADER_FILE);
+    let bytes = std::fs::read(&path).ok()?;
+    let at = bytes.len() - headerfile::decode(&bytes).ok()?.checkpoint?.len();
+    Some((path, at))
+}
+
+/// The bytes of the checkpoint of the session in `session_dir`, wherever
+/// it is (panics without one).
+pub fn read_checkpoint(session_dir: &Path) -> Vec<u8> {
+    let (path, at) = checkpoint_place(session_dir).expect("the session has a checkpoint");
+    std::fs::read(path).unwrap()[at..].to_vec()
+}
+
+/// Puts `checkpoint` in place of the session's checkpoint, where that is.
+pub fn write_checkpoint_bytes(session_dir: &Path, checkpoint: &[u8]) {
+    let (path, at) = checkpoint_place(session_dir).expect("the session has a checkpoint");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.truncate(at);
+    bytes.extend_from_slice(checkpoint);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Removes the checkpoint of the session in `session_dir`, wherever it is,
+/// so that the next load rebuilds the session from its log.
+pub fn remove_checkpoint(session_dir: &Path) {
+    use sessionlog::headerfile;
+    let _ = std::fs::remove_file(session_dir.join(sessionlog::checkpoint::CHECKPOINT_FILE));
+    let path = session_dir.join(headerfile::HEADER_FILE);
+    if let Ok(bytes) = std::fs::read(&path)
+        && headerfile::decode(&bytes).is_ok_and(|h| h.checkpoint.is_some())
+    {
+        std::fs::write(&path, headerfile::with_checkpoint(&bytes, None).unwrap()).unwrap();
+    }
+}
+
 /// A directory on tmpfs when there is one (the test syncs a lot).
 pub fn fast_tempdir() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");

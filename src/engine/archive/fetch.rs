@@ -242,7 +242,9 @@ impl Archive {
             let wanted = if name == CHECKPOINT_FILE {
                 remote_checkpoint = true;
                 let current = self.fetched_current(dir, &path, meta.e_tag.as_deref());
-                (replace_stale && !current) || !self.vfs.exists(&path)
+                // None here: neither a file nor one the HEADER embeds.
+                let none = crate::engine::ckfile::location(&*self.vfs, local).is_none();
+                (replace_stale && !current) || none
             } else {
                 name == LINEAGE_FILE && !self.vfs.exists(&path)
             };
@@ -259,12 +261,8 @@ impl Archive {
         let listed: Vec<(object_store::path::Path, u64)> =
             metas.into_iter().map(|m| (m.location, m.size)).collect();
         if replace_stale && !remote_checkpoint {
-            let path = local.join(CHECKPOINT_FILE);
-            match self.vfs.remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io_at(&path)(e)),
-            }
+            // Its own file, or the one its HEADER embeds.
+            crate::engine::ckfile::remove(&*self.vfs, local).map_err(io_at(local))?;
         }
         // Segments before the one the checkpoint ends in are covered: their
         // bytes are needed only by reads of old events (or of node data
@@ -275,7 +273,8 @@ impl Archive {
                 .is_some_and(|first_seq| !self.has_local_copy(local, first_seq))
         });
         let tail_start = match missing {
-            true => crate::checkpoint::open_with(&*self.vfs, local)
+            true => crate::engine::ckfile::open(&*self.vfs, local)
+                .1
                 .map_or(0, |ck| ck.coverage().segment_first_seq),
             false => 0,
         };

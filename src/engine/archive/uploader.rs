@@ -258,7 +258,20 @@ impl Archive {
             if done || !self.vfs.exists(&path) {
                 continue;
             }
-            let bytes = self.vfs.read_file(&path).map_err(io_at(&path))?;
+            let mut bytes = self.vfs.read_file(&path).map_err(io_at(&path))?;
+            if name == HEADER_FILE {
+                // Without a checkpoint it may embed: the bucket's HEADER
+                // stays version 1 (readable by every build that reads
+                // store version 3), and a checkpoint goes to the bucket
+                // only as `CHECKPOINT`, once its segments back it (below).
+                bytes =
+                    crate::engine::ckfile::plain_header(&bytes).map_err(|why| Error::Corrupt {
+                        session: dir.to_owned(),
+                        segment: path.clone(),
+                        offset: 0,
+                        reason: why,
+                    })?;
+            }
             self.put_file(gate, dir, name, SegmentBytes::new(bytes), true)?;
             n += 1;
         }
@@ -266,7 +279,9 @@ impl Archive {
         // before it was written, so segment bytes read after it hold them.
         // One already uploaded is not read again: a new checkpoint is a new
         // file renamed into place, so its stamp differs.
-        let ck_path = local.join(CHECKPOINT_FILE);
+        // The file it is in: `CHECKPOINT`, or the `HEADER` embedding it.
+        let ck_path = crate::engine::ckfile::location(&*self.vfs, &local)
+            .unwrap_or_else(|| local.join(CHECKPOINT_FILE));
         let stamp = self
             .vfs
             .metadata(&ck_path)
@@ -277,10 +292,15 @@ impl Archive {
         let checkpoint = if uploaded_before {
             None
         } else {
-            match self.vfs.read_file(&ck_path) {
-                Ok(b) => Some(b),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(io_at(&ck_path)(e).into()),
+            match crate::engine::ckfile::open(&*self.vfs, &local) {
+                (_, Ok(ck)) => Some(ck.bytes().to_vec()),
+                (_, Err(crate::checkpoint::CheckpointError::Missing)) => None,
+                (place, Err(crate::checkpoint::CheckpointError::Io(e))) => {
+                    return Err(io_at(&place.path)(e).into());
+                }
+                // Damaged: not uploaded (`verify` reports it; the next
+                // writer replaces it).
+                (_, Err(_)) => None,
             }
         };
         let files = segment_files(self, &local)?;

@@ -401,6 +401,12 @@ impl Checkpoint {
         })
     }
 
+    /// The encoded checkpoint, as read.
+    #[cfg(any(feature = "archive", feature = "internals"))]
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// The covered log position.
     pub fn coverage(&self) -> Coverage {
         self.head.coverage
@@ -529,7 +535,9 @@ pub fn write(dir: &Path, body: &CheckpointBody) -> Result<(), CheckpointError> {
     write_with(&RealFs, dir, body)
 }
 
-/// [`write()`] through the file system `vfs`.
+/// [`write()`] through the file system `vfs` (always as the `CHECKPOINT`
+/// file; the store embeds a small session's checkpoint in its `HEADER`).
+#[cfg(any(test, feature = "internals"))]
 pub fn write_with(vfs: &dyn Vfs, dir: &Path, body: &CheckpointBody) -> Result<(), CheckpointError> {
     crate::fsutil::write_atomic_with(vfs, dir, CHECKPOINT_FILE, &encode(body))?;
     Ok(())
