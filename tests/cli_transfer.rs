@@ -588,3 +588,40 @@ fn a_root_export_stopped_midway_says_what_was_written() {
     );
     assert!(root.join("--w--/s1/session.jsonl.zstd").is_file());
 }
+
+/// A root export never replaces a log the root holds: a differing log of
+/// one session stops the whole export before anything is written, naming
+/// it; the harness's log is left as it was. Re-exporting the same sessions
+/// (the same bytes) into the root still succeeds.
+#[test]
+fn root_export_refuses_to_replace_a_log_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = two_sessions(tmp.path());
+    let root = tmp.path().join("root");
+    ok(&store, &["export", "--all", "--to", root.to_str().unwrap()]);
+    ok(&store, &["export", "--all", "--to", root.to_str().unwrap()]);
+    // The harness's own, different log of s2; s1 not there yet.
+    let s2 = root.join("--w--/s2/session.jsonl.zstd");
+    let theirs = b"the harness's longer log".to_vec();
+    std::fs::write(&s2, &theirs).unwrap();
+    std::fs::remove_dir_all(root.join("--w--/s1")).unwrap();
+    let err = fail(
+        &store,
+        &["export", "--all", "--to", root.to_str().unwrap()],
+        1,
+    );
+    assert!(
+        err.contains("session \"s2\": the harness root already holds")
+            && err.contains("nothing was exported")
+            && err.contains("hint: an export never replaces a log"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&s2).unwrap(), theirs);
+    assert!(!root.join("--w--/s1").exists(), "{err}");
+    // A root in the other encoding is refused whole.
+    std::fs::remove_file(&s2).unwrap();
+    std::fs::write(root.join("--w--/s2/session.jsonl"), "plain").unwrap();
+    let err = fail(&store, &["export", "s1", "--to", root.to_str().unwrap()], 1);
+    assert!(err.contains("holds logs in the other encoding"), "{err}");
+    assert!(!root.join("--w--/s1").exists(), "{err}");
+}

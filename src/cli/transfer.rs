@@ -362,24 +362,47 @@ fn root_export_err(
 }
 
 /// Checks, before anything is written, that every session's path in the
-/// harness root `root` is one the file system takes: a session whose path
-/// it would refuse (the harness's layout puts the escaped id in one file
-/// name) stops the export, naming every such session, with nothing
-/// written rather than some sessions written and the rest not.
+/// harness root `root` is one the file system takes (the harness's layout
+/// puts the escaped id in one file name), that the root holds no log of a
+/// session the export would replace or duplicate (a log with exactly the
+/// export's bytes aside), and no log of the other encoding: any of these
+/// stops the export, naming every such session, with nothing written
+/// rather than some sessions written and the rest not.
 fn check_root_paths(
     store: &store::Store,
     ids: &[String],
     root: &Path,
     opts: ExportOptions,
 ) -> Result<(), Failure> {
+    if let Some(other) = harness::other_encoding_in_root(root, opts.zstd)
+        .map_err(|e| Failure::Io(format!("{}: {e}", root.display())))?
+    {
+        return Err(Failure::Invalid(format!(
+            "{}: the root holds logs in the other encoding ({}); the harness refuses a root holding both, so nothing was exported\nhint: export into another root",
+            root.display(),
+            other.display()
+        )));
+    }
     let mut refused = Vec::new();
+    let mut exists = false;
     for id in ids {
-        let header = store.header(id).map_err(store_err)?;
-        if let Err(e) = harness::root_export_path(root, &header, opts) {
-            refused.push(e.to_string());
+        match harness::check_export_to_root(store, id, root, opts) {
+            Ok(()) => {}
+            Err(harness::ExportError::Store(e)) => return Err(store_err(e)),
+            Err(harness::ExportError::Io(e)) => {
+                return Err(Failure::Io(format!("{}: {e}", root.display())));
+            }
+            Err(e) => {
+                exists |= matches!(e, harness::ExportError::Exists { .. });
+                refused.push(e.to_string());
+            }
         }
     }
-    let hint = "hint: export such a session to a file (`export ID --to FILE.jsonl`) or a database (`--to FILE.db`), which hold any id";
+    let hint = if exists {
+        "hint: an export never replaces a log in a harness root: remove that log first, or export into another root"
+    } else {
+        "hint: export such a session to a file (`export ID --to FILE.jsonl`) or a database (`--to FILE.db`), which hold any id"
+    };
     match refused.as_slice() {
         [] => Ok(()),
         [one] => Err(Failure::Invalid(format!(

@@ -5,7 +5,8 @@
 use super::packed::{Row, pack_chunks, write_rows};
 use super::zstd::{WriteStats, turn_batches, write_zstd_session_with};
 use crate::adapters::root::{
-    NAME_MAX, PATH_MAX, create_dirs_durably, export_path, id_escape, write_atomically,
+    NAME_MAX, PATH_MAX, PLAIN_FILE_NAME, ZSTD_FILE_NAME, create_dirs_durably, export_path,
+    id_escape, sync_parent,
 };
 use crate::header::SessionHeader;
 use crate::store::{self, Store};
@@ -51,6 +52,19 @@ pub enum ExportError {
         /// Where the harness's root layout puts it.
         path: PathBuf,
         /// Which part is too long, by how much, and why it is that long.
+        reason: String,
+    },
+    /// The harness root already holds a log of this session (at its path,
+    /// holding something else than the export, or under another project
+    /// directory, or in the other encoding): writing would replace it, or
+    /// leave the harness two logs of one id. Nothing was written.
+    #[error("session {session:?}: the harness root already holds {}: {reason}; nothing of the session was written", path.display())]
+    Exists {
+        /// The session id.
+        session: String,
+        /// The log already there.
+        path: PathBuf,
+        /// Why writing beside or over it is refused.
         reason: String,
     },
 }
@@ -136,12 +150,142 @@ pub fn root_export_path(
     Ok(path)
 }
 
+/// The logs of the session `id` already in the harness root `root`, by
+/// the harness's own lookup: `<root>/<any project dir>/<id_escape(id)>/`
+/// `session.jsonl.zstd` or `session.jsonl` (its loader finds a session by
+/// id in every project directory, and refuses an id found twice or a log
+/// in the other encoding).
+fn logs_in_root(root: &Path, id: &str) -> io::Result<Vec<PathBuf>> {
+    let projects = match std::fs::read_dir(root) {
+        Ok(p) => p,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let escaped = id_escape(id);
+    let mut found = Vec::new();
+    for project in projects {
+        let project = project?;
+        if !project.file_type()?.is_dir() {
+            continue;
+        }
+        for name in [ZSTD_FILE_NAME, PLAIN_FILE_NAME] {
+            let p = project.path().join(&escaped).join(name);
+            match std::fs::symlink_metadata(&p) {
+                Ok(_) => found.push(p),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                // A project entry that is not a directory (ENOTDIR) holds
+                // no session directory.
+                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Checks that `bytes`, the export of the session of `header`, can go to
+/// `path` in `root` without replacing or shadowing a log the root already
+/// holds: `Ok(true)` when exactly these bytes are already there (nothing
+/// to write), `Ok(false)` when no log of the session is there, and
+/// [`ExportError::Exists`] otherwise.
+fn check_root_destination(
+    root: &Path,
+    header: &SessionHeader,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<bool, ExportError> {
+    let mut same = false;
+    for existing in logs_in_root(root, &header.id)? {
+        let exists = |reason: String| ExportError::Exists {
+            session: header.id.clone(),
+            path: existing.clone(),
+            reason,
+        };
+        if existing != path {
+            return Err(exists(format!(
+                "a log of this session the export would not replace ({} is where it writes); the harness refuses a session id found twice in one root, or a log in the other encoding",
+                path.display()
+            )));
+        }
+        let is_file = std::fs::symlink_metadata(&existing)?.file_type().is_file();
+        if !is_file || std::fs::read(&existing)? != bytes {
+            return Err(exists(
+                "a log of this session that differs from the export, which would replace it (remove it first, or export into another root)".into(),
+            ));
+        }
+        same = true;
+    }
+    Ok(same)
+}
+
+/// Checks, without writing anything, that [`export_session_to_root`] would
+/// not be refused for a log the root already holds ([`ExportError::Exists`],
+/// see there), nor for its path ([`root_export_path`]): so an export of
+/// several sessions can refuse before it writes any. The session is only
+/// encoded when the root holds a log of its id (to compare the bytes).
+pub fn check_export_to_root(
+    store: &Store,
+    id: &str,
+    root: &Path,
+    opts: ExportOptions,
+) -> Result<(), ExportError> {
+    let header = store.header(id)?;
+    let path = root_export_path(root, &header, opts)?;
+    if logs_in_root(root, id)?.is_empty() {
+        return Ok(());
+    }
+    let mut buf = Vec::new();
+    export_session(store, id, &mut buf, opts)?;
+    check_root_destination(root, &header, &path, &buf).map(drop)
+}
+
+/// A log in the harness root `root` of the encoding an export with `zstd`
+/// does NOT write (`<root>/<project>/<session>/session.jsonl` for a
+/// Zstandard export, `session.jsonl.zstd` otherwise), if there is one: the
+/// harness's JSONL backend refuses a root holding both encodings, so an
+/// export into it would make every session of the root unloadable.
+pub fn other_encoding_in_root(root: &Path, zstd: bool) -> io::Result<Option<PathBuf>> {
+    let other = if zstd {
+        PLAIN_FILE_NAME
+    } else {
+        ZSTD_FILE_NAME
+    };
+    let projects = match std::fs::read_dir(root) {
+        Ok(p) => p,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    for project in projects {
+        let project = project?;
+        if !project.file_type()?.is_dir() {
+            continue;
+        }
+        for session in std::fs::read_dir(project.path())? {
+            let session = session?;
+            if !session.file_type()?.is_dir() {
+                continue;
+            }
+            let p = session.path().join(other);
+            if std::fs::symlink_metadata(&p).is_ok() {
+                return Ok(Some(p));
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// Exports a stored session into a harness sessions root, at
 /// [`export_path`]. Every directory it creates is created alone and its
 /// parent synced; the file is written beside its final name (a random
-/// suffix), synced, renamed into place, and its directory synced. Returns
-/// its path. A path too long for the file system ([`root_export_path`]) is
-/// refused before anything is written.
+/// suffix), synced, linked into place (never over an existing file), and
+/// its directory synced. Returns its path. A path too long for the file
+/// system ([`root_export_path`]) is refused before anything is written, and
+/// so is a root that already holds a log of the session
+/// ([`ExportError::Exists`]): at the same path with other contents (an
+/// export never replaces a session the harness wrote), under another
+/// project directory, or in the other encoding. A log already there with
+/// exactly the export's bytes is left as it is.
 pub fn export_session_to_root(
     store: &Store,
     id: &str,
@@ -151,8 +295,51 @@ pub fn export_session_to_root(
     let mut buf = Vec::new();
     let report = export_session(store, id, &mut buf, opts)?;
     let path = root_export_path(root, &report.header, opts)?;
+    if check_root_destination(root, &report.header, &path, &buf)? {
+        return Ok(path);
+    }
     let dir = path.parent().expect("export paths have a parent");
     create_dirs_durably(dir)?;
-    write_atomically(&path, &buf)?;
+    write_new(&path, &buf).map_err(|e| match e.kind() {
+        // Another writer put a log there since the check.
+        io::ErrorKind::AlreadyExists => ExportError::Exists {
+            session: report.header.id.clone(),
+            path: path.clone(),
+            reason: "a log of this session, written while the export ran".into(),
+        },
+        _ => ExportError::Io(e),
+    })?;
     Ok(path)
+}
+
+/// Writes `bytes` to the new file `path` atomically and durably:
+/// `path.tmp-<random>` (mode 0600), synced, hard-linked to `path` (which
+/// fails with `AlreadyExists` rather than replace a file), the temporary
+/// removed and the directory synced. On failure `path` is as it was.
+fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let r = crate::fsutil::random_id();
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(format!(
+        ".tmp-{}",
+        r[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    ));
+    let tmp = path.with_file_name(name);
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::hard_link(&tmp, path)
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    result?;
+    sync_parent(path)
 }
