@@ -116,3 +116,36 @@ fn root_export_refuses_a_second_log_of_the_same_id() {
     );
     assert_eq!(harness::other_encoding_in_root(&root, true).unwrap(), None);
 }
+
+/// An `events` row of a schema 17 database whose session has no
+/// `sessions` row is refused, as schema 4 refuses it: before the fix the
+/// reader went session by session and never saw it, so the import
+/// succeeded and the event was lost without a word.
+#[test]
+fn schema_17_refuses_orphan_event_rows() {
+    use sessionlog::adapters::sqlite::{self, SqliteError};
+    use sessionlog::adapters::{sqlite_export, sqlite17};
+    let tmp = tempfile::tempdir().unwrap();
+    let a = store_with(&tmp.path().join("a"), "s1", "/w", 1);
+    let db = tmp.path().join("out.db");
+    sqlite_export::export_db(&a, &["s1".to_owned()], &db, sqlite17::SCHEMA_VERSION).unwrap();
+    assert_eq!(sqlite::read_db(&db).unwrap().len(), 1);
+    // As a tool or a connection without foreign keys may write it.
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+    conn.execute(
+        "INSERT INTO events VALUES ('ghost', 0, 'turn/start', 1, '{\"turn\":1}', NULL, NULL, NULL)",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let err = sqlite::read_db(&db).unwrap_err();
+    assert!(
+        matches!(&err, SqliteError::OrphanEvents { session, count: 1, .. } if session == "ghost"),
+        "{err}"
+    );
+    let b = open(&tmp.path().join("b"));
+    let err = sqlite::import_db(&b, &db, false).unwrap_err();
+    assert!(matches!(err, SqliteError::OrphanEvents { .. }), "{err}");
+    assert!(b.list().unwrap().is_empty());
+}

@@ -490,11 +490,10 @@ pub(crate) fn read_db_reporting(
     Ok(sessions)
 }
 
-fn read_sessions(
-    conn: &Connection,
-    path: &Path,
-    progress: &mut Reporter<'_>,
-) -> Result<Vec<SqliteSession>, SqliteError> {
+/// Refuses `events` rows whose `session_id` has no `sessions` row (both
+/// schemas): reading session by session would never see them, so they
+/// would be lost without a word.
+pub(crate) fn check_orphans(conn: &Connection, path: &Path) -> Result<(), SqliteError> {
     let err = sql_err(path);
     let orphan: Option<(String, u64)> = conn
         .query_row(
@@ -504,13 +503,23 @@ fn read_sessions(
         )
         .optional()
         .map_err(&err)?;
-    if let Some((session, count)) = orphan {
-        return Err(SqliteError::OrphanEvents {
+    match orphan {
+        Some((session, count)) => Err(SqliteError::OrphanEvents {
             path: path.to_owned(),
             session,
             count,
-        });
+        }),
+        None => Ok(()),
     }
+}
+
+fn read_sessions(
+    conn: &Connection,
+    path: &Path,
+    progress: &mut Reporter<'_>,
+) -> Result<Vec<SqliteSession>, SqliteError> {
+    let err = sql_err(path);
+    check_orphans(conn, path)?;
     let mut sessions_stmt = conn
         .prepare(
             "SELECT id, version, created_at, cwd, parent_session, seed_length FROM sessions ORDER BY rowid",

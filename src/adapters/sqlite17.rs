@@ -232,6 +232,7 @@ pub(crate) fn read_sessions(
 ) -> Result<Vec<SqliteSession>, SqliteError> {
     let err = sqlite::sql_err(path);
     check_schema(conn, path)?;
+    sqlite::check_orphans(conn, path)?;
     let mut stmt = conn
         .prepare(
             "SELECT id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, incarnation, revision FROM sessions ORDER BY rowid",
