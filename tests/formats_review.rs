@@ -149,3 +149,93 @@ fn schema_17_refuses_orphan_event_rows() {
     assert!(matches!(err, SqliteError::OrphanEvents { .. }), "{err}");
     assert!(b.list().unwrap().is_empty());
 }
+
+/// A streamed emoji split between two chunks leaves each chunk's text a
+/// lone UTF-16 surrogate (`"\ud83d"`, `"\ude00"`): a JavaScript string, so
+/// the harness writes such chunks and packs them. The store keeps them
+/// verbatim, but before the fix a packed row holding one was refused as
+/// "member is not a string", so our own packed, zstd-root and schema 17
+/// exports (and the harness's logs) could not be imported back.
+#[test]
+fn packed_rows_with_lone_surrogates_round_trip() {
+    use sessionlog::adapters::harness::{ImportOptions, import_file};
+    use sessionlog::adapters::{jsonl, sqlite, sqlite_export, sqlite17};
+    let tmp = tempfile::tempdir().unwrap();
+    let a = open(&tmp.path().join("a"));
+    let mut header = SessionHeader::new("s", 1);
+    header.cwd = Some("/w".into());
+    let chunk = |seq: u64, text: &str| {
+        Event::new(
+            "assistant/chunk",
+            seq,
+            2,
+            &format!(
+                r#"{{"turn":1,"step":1,"chunk":{{"type":"text-delta","index":0,"text":"{text}"}}}}"#
+            ),
+        )
+        .unwrap()
+    };
+    let tool = |seq: u64, id: &str| {
+        Event::new(
+            "assistant/chunk",
+            seq,
+            3,
+            &format!(
+                r#"{{"turn":1,"step":1,"chunk":{{"type":"tool-call-delta","index":1,"id":"{id}","name":"n\udfff","argumentsDelta":"\ud800"}}}}"#
+            ),
+        )
+        .unwrap()
+    };
+    let events = vec![
+        Event::new("turn/start", 0, 1, r#"{"turn":1}"#).unwrap(),
+        Event::new("step/start", 1, 1, r#"{"turn":1,"step":1}"#).unwrap(),
+        chunk(2, "a"),
+        chunk(3, r"\ud83d"),
+        chunk(4, r"\ude00b"),
+        tool(5, r"c\ud800"),
+        tool(6, r"c\ud800"),
+        tool(7, r"c\ud800"),
+        Event::new("step/end", 8, 4, r#"{"turn":1,"step":1}"#).unwrap(),
+        Event::new(
+            "turn/end",
+            9,
+            4,
+            r#"{"turn":1,"reason":{"kind":"completed"}}"#,
+        )
+        .unwrap(),
+    ];
+    a.import(header.clone(), &events, false).unwrap();
+    let want = a.load("s").unwrap();
+
+    // Packed JSONL: two packed rows, read back exactly.
+    let mut packed = Vec::new();
+    harness::export_session(&a, "s", &mut packed, ZSTD_OFF_PACKED).unwrap();
+    let text = String::from_utf8(packed.clone()).unwrap();
+    assert_eq!(text.matches("-chunks\"").count(), 2, "{text}");
+    let back = jsonl::read_session(&packed, false).unwrap();
+    assert_eq!(back.events, want.1);
+    let file = tmp.path().join("s.jsonl");
+    std::fs::write(&file, &packed).unwrap();
+    let b = open(&tmp.path().join("b"));
+    import_file(&b, &file, ImportOptions::default()).unwrap();
+    assert_eq!(b.load("s").unwrap(), want);
+
+    // A harness root (zstd frames of packed rows).
+    let root = tmp.path().join("root");
+    let path = harness::export_session_to_root(&a, "s", &root, ZSTD).unwrap();
+    let c = open(&tmp.path().join("c"));
+    import_file(&c, &path, ImportOptions::default()).unwrap();
+    assert_eq!(c.load("s").unwrap(), want);
+
+    // Schema 17 (packed rows in the events table).
+    let db = tmp.path().join("s.db");
+    sqlite_export::export_db(&a, &["s".to_owned()], &db, sqlite17::SCHEMA_VERSION).unwrap();
+    let d = open(&tmp.path().join("d"));
+    sqlite::import_db(&d, &db, false).unwrap();
+    assert_eq!(d.load("s").unwrap(), want);
+}
+
+const ZSTD_OFF_PACKED: ExportOptions = ExportOptions {
+    pack_chunks: true,
+    zstd: false,
+};

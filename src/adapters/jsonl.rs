@@ -307,7 +307,7 @@ pub fn expand_packed_row<'a>(row: &Fields<'a>) -> Result<Vec<Event<'a>>, String>
     if pieces.is_empty() {
         return Err("a packed row needs at least one member".into());
     }
-    if let Some(p) = pieces.iter().find(|p| json::string(p).is_none()) {
+    if let Some(p) = pieces.iter().find(|p| !is_string(p)) {
         return Err(format!("member {} is not a string", p.get()));
     }
     let dt = json::array(need("dt")?).ok_or("dt must be an array")?;
@@ -321,11 +321,11 @@ pub fn expand_packed_row<'a>(row: &Fields<'a>) -> Result<Vec<Event<'a>>, String>
     }
     let (id, name) = if tool {
         let id = need("id")?;
-        if json::string(id).is_none() {
+        if !is_string(id) {
             return Err("id must be a string".into());
         }
         let name = data.get("name");
-        if name.is_some_and(|n| json::string(n).is_none()) {
+        if name.is_some_and(|n| !is_string(n)) {
             return Err("name must be a string".into());
         }
         (Some(id), name)
@@ -386,6 +386,14 @@ pub fn expand_packed_row<'a>(row: &Fields<'a>) -> Result<Vec<Event<'a>>, String>
         });
     }
     Ok(out)
+}
+
+/// Whether a raw JSON value is a string. Any JSON string counts, a lone
+/// UTF-16 surrogate escape (`"\ud83d"`) too: a JavaScript string holds
+/// one (a streamed emoji split between two chunks), the harness packs it,
+/// and the expanded member copies the literal verbatim.
+fn is_string(v: &RawValue) -> bool {
+    v.get().starts_with('"')
 }
 
 /// Whether a raw JSON value is a number.
