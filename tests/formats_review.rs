@@ -239,3 +239,49 @@ const ZSTD_OFF_PACKED: ExportOptions = ExportOptions {
     pack_chunks: true,
     zstd: false,
 };
+
+/// A complete line holding a number that is not finite (`1e400`) is not a
+/// torn write: it parses (the harness reads it as `Infinity` and keeps it
+/// and the lines after it). Before the fix the reader took it for a torn
+/// tail when no `turn/end` followed, so an import dropped it and every
+/// line after it and exited 0 with a note; now it is refused, naming the
+/// file, line and seq, and nothing is stored.
+#[test]
+fn a_complete_line_with_a_non_finite_number_is_refused_not_dropped() {
+    use sessionlog::adapters::harness::{ImportError, ImportOptions, import_file};
+    use sessionlog::adapters::jsonl;
+    let tmp = tempfile::tempdir().unwrap();
+    let text = concat!(
+        r#"{"type":"session","version":0,"id":"s","createdAt":1,"delegationDepth":0}"#,
+        "\n",
+        r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#,
+        "\n",
+        r#"{"type":"step/start","seq":1,"time":1,"data":{"turn":1,"step":1,"big":1e400}}"#,
+        "\n",
+        r#"{"type":"step/end","seq":2,"time":1,"data":{"turn":1,"step":1}}"#,
+        "\n",
+    );
+    let v = jsonl::read_session(text.as_bytes(), false).unwrap_err();
+    assert_eq!(v.seq(), Some(1), "{v}");
+    assert!(v.reason.contains("not finite"), "{v}");
+    let file = tmp.path().join("s.jsonl");
+    std::fs::write(&file, text).unwrap();
+    let store = open(&tmp.path().join("store"));
+    let err = import_file(&store, &file, ImportOptions::default()).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            ImportError::Corrupt {
+                line: Some(3),
+                seq: Some(1),
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(store.list().unwrap().is_empty());
+    // Unparsable lines stay torn tails, as the harness reads them.
+    let torn = text.replace("1e400", "NaN");
+    let s = jsonl::read_session(torn.as_bytes(), false).unwrap();
+    assert_eq!((s.events.len(), s.torn.unwrap().line), (1, 3));
+}

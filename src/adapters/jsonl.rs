@@ -183,6 +183,12 @@ fn read<'a>(
         }
         let raw = match RawEvent::parse(text) {
             Ok(raw) => raw,
+            // A line that parses as a JSON object but breaks the JSON rules
+            // of an event (a number that is not finite, `1e400`) is not a
+            // torn write: the harness reads it. Refused, never dropped.
+            Err(v) if v.rule == Rule::Json && Fields::parse(text).is_ok() => {
+                return Err(at_line(v));
+            }
             Err(v) if v.rule == Rule::Json => {
                 torn = Some(stop(Rule::Json, Location::Line(line_no), v.reason)?);
                 break;
