@@ -285,3 +285,72 @@ fn a_complete_line_with_a_non_finite_number_is_refused_not_dropped() {
     let s = jsonl::read_session(torn.as_bytes(), false).unwrap();
     assert_eq!((s.events.len(), s.torn.unwrap().line), (1, 3));
 }
+
+/// A schema 17 row after the last `turn/end` that decodes (its data is
+/// one JSON value) but whose event breaks a rule (a number that is not
+/// finite, an unknown surface op) is not a torn tail: the harness's reader
+/// decodes it and keeps it. Before the fix the reader dropped it, and the
+/// rows after it, as a "torn physical tail", and the import exited 0 with
+/// a note; now it is refused, naming the session and seq. Rows that do not
+/// decode (here: a BLOB that is not zstd) stay torn tails, as the harness
+/// reads them.
+#[test]
+fn schema_17_tail_rows_that_decode_are_never_dropped_as_torn() {
+    use sessionlog::adapters::sqlite::{self, SqliteError};
+    use sessionlog::adapters::{sqlite_export, sqlite17};
+    let tmp = tempfile::tempdir().unwrap();
+    let a = open(&tmp.path().join("a"));
+    let mut header = SessionHeader::new("s", 1);
+    header.cwd = Some("/w".into());
+    let events = vec![
+        Event::new("turn/start", 0, 1, r#"{"turn":1}"#).unwrap(),
+        Event::new(
+            "turn/end",
+            1,
+            1,
+            r#"{"turn":1,"reason":{"kind":"completed"}}"#,
+        )
+        .unwrap(),
+        Event::new("turn/start", 2, 1, r#"{"turn":2}"#).unwrap(),
+        Event::new("step/start", 3, 1, r#"{"turn":2,"step":1}"#).unwrap(),
+        Event::new("step/end", 4, 1, r#"{"turn":2,"step":1}"#).unwrap(),
+    ];
+    a.import(header, &events, false).unwrap();
+    let base = tmp.path().join("base.db");
+    sqlite_export::export_db(&a, &["s".to_owned()], &base, sqlite17::SCHEMA_VERSION).unwrap();
+    let variant = |name: &str, sql: &str| {
+        let db = tmp.path().join(name);
+        std::fs::copy(&base, &db).unwrap();
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .execute_batch(sql)
+            .unwrap();
+        db
+    };
+    for (name, sql) in [
+        (
+            "inf.db",
+            r#"UPDATE events SET data = '{"turn":2,"step":1,"e":1e400}' WHERE seq = 3"#,
+        ),
+        (
+            "op.db",
+            r#"UPDATE events SET surface_op = '"prepend"' WHERE seq = 3"#,
+        ),
+    ] {
+        let db = variant(name, sql);
+        let err = sqlite::read_db(&db).unwrap_err();
+        assert!(
+            matches!(&err, SqliteError::CorruptRow { session, seq: Some(3), .. } if session == "s"),
+            "{name}: {err}"
+        );
+        let b = open(&tmp.path().join(format!("store-{name}")));
+        assert!(sqlite::import_db(&b, &db, false).is_err(), "{name}");
+        assert!(b.list().unwrap().is_empty(), "{name}");
+    }
+    let db = variant(
+        "blob.db",
+        r#"UPDATE events SET data = CAST('{"turn":2,"step":1}' AS BLOB) WHERE seq = 3"#,
+    );
+    let s = sqlite::read_db(&db).unwrap();
+    assert_eq!((s[0].events.len(), s[0].torn_from), (3, Some(3)));
+}

@@ -486,7 +486,7 @@ fn decode_row(
         op,
         ignorable,
     };
-    Ok(decode_physical(&row, budget))
+    decode_physical(&row, budget)
 }
 
 /// The columns of one `events` row, their kinds checked.
@@ -502,8 +502,32 @@ struct PhysicalRow<'r> {
 }
 
 /// The harness's `decodeRow` on a row whose column kinds are right; zstd
-/// values decode within `budget`, which shrinks by what they give.
-fn decode_physical(row: &PhysicalRow<'_>, budget: &mut u64) -> Result<Vec<OwnedEvent>, String> {
+/// values decode within `budget`, which shrinks by what they give. The
+/// inner error is a row that does not decode (as the harness's `decodeRow`
+/// fails: zstd, UTF-8, JSON text, a packed row, varints), a torn tail after
+/// the last `turn/end`; the outer one a row that decodes but whose event
+/// breaks a rule of the session model (its envelope, surface op, a number
+/// that is not finite): the harness reads that row, so it is never dropped
+/// as torn, always corruption.
+#[allow(clippy::type_complexity)]
+fn decode_physical(
+    row: &PhysicalRow<'_>,
+    budget: &mut u64,
+) -> Result<Result<Vec<OwnedEvent>, String>, String> {
+    match decode_physical_row(row, budget) {
+        Err(undecodable) => Ok(Err(undecodable)),
+        Ok(Ok(events)) => Ok(Ok(events)),
+        Ok(Err(violation)) => Err(violation.to_string()),
+    }
+}
+
+/// [`decode_physical`]: `Err` a row that does not decode, `Ok(Err)` one
+/// whose event breaks a rule.
+#[allow(clippy::type_complexity)]
+fn decode_physical_row(
+    row: &PhysicalRow<'_>,
+    budget: &mut u64,
+) -> Result<Result<Vec<OwnedEvent>, crate::violation::Violation>, String> {
     let PhysicalRow {
         seq,
         kind,
@@ -547,7 +571,7 @@ fn decode_physical(row: &PhysicalRow<'_>, budget: &mut u64) -> Result<Vec<OwnedE
                 "malformed {kind} storage row: packed surface fields must be null"
             ));
         }
-        return expand(kind, seq, time, &data);
+        return expand(kind, seq, time, &data).map(Ok);
     }
     let sources = sources.map(decode_source_event_seqs).transpose()?;
     let mut line = String::new();
@@ -565,9 +589,7 @@ fn decode_physical(row: &PhysicalRow<'_>, budget: &mut u64) -> Result<Vec<OwnedE
         line.pop();
         line.push_str(",\"ignorable\":true}");
     }
-    Event::from_json(&line)
-        .map(|e| vec![e.into_owned()])
-        .map_err(|v| v.to_string())
+    Ok(Event::from_json(&line).map(|e| vec![e.into_owned()]))
 }
 
 /// Expands a packed row's `data` into its members, with the schema-17
