@@ -354,3 +354,50 @@ fn schema_17_tail_rows_that_decode_are_never_dropped_as_torn() {
     let s = sqlite::read_db(&db).unwrap();
     assert_eq!((s[0].events.len(), s[0].torn_from), (3, Some(3)));
 }
+
+/// An event whose type is a packed row's tag (`text-chunks`, ...) can be
+/// stored (the vocabulary is open; a schema 17 database tells it from a
+/// packed row by its `ignorable` column), but a harness JSONL line with
+/// that type is a packed row to every reader. Before the fix, export
+/// wrote such a line (exit 0) and the file could not be imported back,
+/// by us or by the harness; now the export is refused, naming the
+/// session and seq, and nothing is written.
+#[test]
+fn export_refuses_an_event_typed_like_a_packed_row() {
+    use sessionlog::adapters::{sqlite, sqlite_export, sqlite17};
+    let tmp = tempfile::tempdir().unwrap();
+    let a = open(&tmp.path().join("a"));
+    let mut header = SessionHeader::new("s", 1);
+    header.cwd = Some("/w".into());
+    let events = vec![
+        Event::new("turn/start", 0, 1, r#"{"turn":1}"#).unwrap(),
+        Event::new("text-chunks", 1, 1, r#"{"turn":1}"#).unwrap(),
+        Event::new(
+            "turn/end",
+            2,
+            1,
+            r#"{"turn":1,"reason":{"kind":"completed"}}"#,
+        )
+        .unwrap(),
+    ];
+    a.import(header, &events, false).unwrap();
+    for opts in [ZSTD, ZSTD_OFF_PACKED, ExportOptions::default()] {
+        let mut out = Vec::new();
+        let err = harness::export_session(&a, "s", &mut out, opts).unwrap_err();
+        let m = err.to_string();
+        assert!(
+            m.contains("session \"s\", seq 1") && m.contains("packed row"),
+            "{opts:?}: {m}"
+        );
+        assert!(out.is_empty(), "{opts:?}");
+    }
+    let root = tmp.path().join("root");
+    assert!(harness::export_session_to_root(&a, "s", &root, ZSTD).is_err());
+    assert!(!root.exists());
+    // Schema 17 holds it, and gives it back.
+    let db = tmp.path().join("s.db");
+    sqlite_export::export_db(&a, &["s".to_owned()], &db, sqlite17::SCHEMA_VERSION).unwrap();
+    let b = open(&tmp.path().join("b"));
+    sqlite::import_db(&b, &db, false).unwrap();
+    assert_eq!(b.load("s").unwrap(), a.load("s").unwrap());
+}

@@ -13,6 +13,10 @@ use crate::store::{self, Store};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+/// The `type`s of packed rows: a line with one of them is a packed row to
+/// every reader of harness JSONL.
+const PACKED_ROW_TYPES: [&str; 3] = ["text-chunks", "reasoning-chunks", "tool-call-chunks"];
+
 /// How [`export_session`] writes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExportOptions {
@@ -54,6 +58,23 @@ pub enum ExportError {
         /// Which part is too long, by how much, and why it is that long.
         reason: String,
     },
+    /// An event a harness JSONL file cannot hold: its `type` is one of the
+    /// packed row tags (`text-chunks`, `reasoning-chunks`,
+    /// `tool-call-chunks`), so every reader (the harness's and ours) would
+    /// take its line for a packed row and refuse the file. Nothing was
+    /// written. (A schema 17 database holds it: its `ignorable` column
+    /// tells packed rows from events.)
+    #[error(
+        "session {session:?}, seq {seq}: cannot be written as harness JSONL: {reason}; nothing of the session was written (export it to a .db, schema 17, which holds it)"
+    )]
+    Unrepresentable {
+        /// The session id.
+        session: String,
+        /// The event.
+        seq: u64,
+        /// Why.
+        reason: String,
+    },
     /// The harness root already holds a log of this session (at its path,
     /// holding something else than the export, or under another project
     /// directory, or in the other encoding): writing would replace it, or
@@ -71,7 +92,10 @@ pub enum ExportError {
 
 /// Writes a stored session as a harness session file: plain JSONL, with
 /// chunk runs packed if asked, or a Zstandard log with one frame per turn
-/// (batches end after each `turn/end`, see [`turn_batches`]).
+/// (batches end after each `turn/end`, see [`turn_batches`]). A session
+/// holding an event whose type is a packed row's tag is refused
+/// ([`ExportError::Unrepresentable`]) before anything is written: its line
+/// would read back as a malformed packed row.
 pub fn export_session(
     store: &Store,
     id: &str,
@@ -79,6 +103,19 @@ pub fn export_session(
     opts: ExportOptions,
 ) -> Result<ExportReport, ExportError> {
     let (header, events) = store.load(id)?;
+    if let Some(e) = events
+        .iter()
+        .find(|e| PACKED_ROW_TYPES.contains(&e.kind.as_ref()))
+    {
+        return Err(ExportError::Unrepresentable {
+            session: header.id.clone(),
+            seq: e.seq,
+            reason: format!(
+                "its type {:?} is a packed row's tag, so its line would be read as a packed row",
+                e.kind
+            ),
+        });
+    }
     let stats = if opts.zstd {
         let batches = turn_batches(&events);
         write_zstd_session_with(out, &header, &events, &batches, opts.pack_chunks)?
