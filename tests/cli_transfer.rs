@@ -625,3 +625,47 @@ fn root_export_refuses_to_replace_a_log_and_writes_nothing() {
     assert!(err.contains("holds logs in the other encoding"), "{err}");
     assert!(!root.join("--w--/s1").exists(), "{err}");
 }
+
+/// A root whose session directory holds both `session.jsonl.zstd` and
+/// `session.jsonl` is refused whole: the root walk takes the compressed
+/// log, and before the fix `import ROOT` left the plain one (here the
+/// longer session) out without a word and exited 0.
+#[test]
+fn import_of_a_root_refuses_a_session_directory_with_both_logs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let dir = root.join("--w--/s1");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("session.jsonl"), SESSION).unwrap();
+    let header_only = tmp.path().join("h.jsonl");
+    std::fs::write(
+        &header_only,
+        SESSION.lines().next().unwrap().to_owned() + "\n",
+    )
+    .unwrap();
+    let other = tmp.path().join("other");
+    ok(&other, &["import", header_only.to_str().unwrap()]);
+    let z = dir.join("session.jsonl.zstd");
+    ok(
+        &other,
+        &["export", "s1", "--zstd", "--to", z.to_str().unwrap()],
+    );
+    let store = tmp.path().join("store");
+    let err = fail(&store, &["import", root.to_str().unwrap()], 1);
+    assert!(
+        err.contains("1 session directory holds both session.jsonl.zstd and session.jsonl")
+            && err.contains("nothing was imported"),
+        "{err}"
+    );
+    assert!(!store.exists(), "{err}");
+    // Named one by one, both are imported.
+    let out = ok(
+        &store,
+        &[
+            "import",
+            "--id-from-filename",
+            dir.join("session.jsonl").to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("imported session: 6 events"), "{out}");
+}

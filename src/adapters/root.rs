@@ -163,6 +163,37 @@ pub fn find_sessions(root: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(found)
 }
 
+/// The plain logs [`find_sessions`] passes over in `root`: a current-layout
+/// session directory holding both `session.jsonl.zstd` and `session.jsonl`
+/// gives only the compressed one, so the plain one (which may hold other
+/// events) would be left out of an import without a word. Each such
+/// `session.jsonl`, sorted. (The harness refuses a root holding both
+/// encodings.)
+pub fn shadowed_sessions(root: &Path) -> io::Result<Vec<PathBuf>> {
+    let is_file = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_file());
+    let mut found = Vec::new();
+    for project in std::fs::read_dir(root)? {
+        let project = project?;
+        if !project.file_type()?.is_dir() {
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(project.path()) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if !entry.file_type().is_ok_and(|k| k.is_dir()) {
+                continue;
+            }
+            let plain = entry.path().join(PLAIN_FILE_NAME);
+            if is_file(&entry.path().join(ZSTD_FILE_NAME)) && is_file(&plain) {
+                found.push(plain);
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
 /// The current layout's project directory for a working directory, as the
 /// harness's `format.ts` `projectKey` builds it: `/`, `\\` and `:` become
 /// `-` (a run of them one `-`), `[A-Za-z0-9._-]` stay, every other UTF-16

@@ -72,6 +72,20 @@ fn sources(paths: &[PathBuf]) -> Result<Vec<Source>, Failure> {
         if p.is_dir() {
             let mut found = harness::find_sessions(p)
                 .map_err(|e| Failure::Io(format!("{}: {e}", p.display())))?;
+            // A session directory with both logs: the root walk takes the
+            // compressed one; the plain one must not be left out unsaid.
+            let shadowed = harness::shadowed_sessions(p)
+                .map_err(|e| Failure::Io(format!("{}: {e}", p.display())))?;
+            if let Some(first) = shadowed.first() {
+                return Err(Failure::Invalid(format!(
+                    "{}: {} session director{} hold{} both session.jsonl.zstd and session.jsonl (the first: {}); importing the directory would leave the plain log out, and the harness refuses such a root; nothing was imported\nhint: import the files by name (`import FILE...`, with `--id` or `--id-from-filename` if they share an id)",
+                    p.display(),
+                    shadowed.len(),
+                    if shadowed.len() == 1 { "y" } else { "ies" },
+                    if shadowed.len() == 1 { "s" } else { "" },
+                    first.parent().unwrap_or(first).display()
+                )));
+            }
             found.extend(plain_session_files(p)?);
             found.sort();
             found.dedup();

@@ -41,7 +41,7 @@
 pub use crate::adapters::root::{
     NAME_MAX, NO_CWD_DIR, PATH_MAX, PLAIN_FILE_NAME, ZSTD_FILE_NAME, create_dirs_durably,
     cwd_dir_name, export_path, find_sessions, id_escape, id_unescape, project_dir_name,
-    write_atomically,
+    shadowed_sessions, write_atomically,
 };
 
 mod export;
