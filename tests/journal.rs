@@ -643,3 +643,79 @@ fn entries_split_across_journal_files_are_written_back_in_segment_order() {
         b.close().unwrap();
     }
 }
+
+/// A damaged entry (its CRC fails) followed by valid ones is not the end
+/// of the journal: an entry is acknowledged only after a sync that covered
+/// it, so a bit flip in an acknowledged entry followed by more acknowledged
+/// ones must not read as a torn tail. Before, the scan stopped there, the
+/// writable open replayed the entries before it and removed the file: the
+/// acknowledged batches after the damage, which only the journal held
+/// after a power loss, were gone without a word. The file is now refused
+/// (reported, kept, sessions refused until `salvage_journals`).
+#[test]
+fn a_damaged_entry_followed_by_valid_ones_is_refused_not_read_as_the_end() {
+    let dir = fast_tempdir();
+    let opts = Options {
+        journal_file_size: 64 << 10,
+        ..options()
+    };
+    let a = Store::open(dir.path(), opts).unwrap();
+    let (s0, b0) = plan(0);
+    let (s1, b1) = plan(1);
+    for id in [&s0, &s1] {
+        a.create(SessionHeader::new(id, 0)).unwrap();
+    }
+    for b in &b0[..6] {
+        a.append(&s0, b).unwrap();
+    }
+    a.append(&s1, &b1[0]).unwrap();
+    a.append(&s1, &b1[1]).unwrap();
+    let orphan = orphan_copy(dir.path(), "0000000000000abe");
+    a.close().unwrap();
+    let mut bytes = std::fs::read(&orphan).unwrap();
+    let entries = entry_offsets(&bytes);
+    assert_eq!(entries.len(), 6, "five of s0, one of s1");
+    // s0's second entry: a bit flipped inside its payload (bit rot of a
+    // synced, acknowledged entry); four valid entries follow it.
+    bytes[entries[1] + 20] ^= 0x01;
+    std::fs::write(&orphan, &bytes).unwrap();
+    // Power loss: the segment writes only the journal made durable.
+    for id in [&s0, &s1] {
+        lose_unsynced_segment_writes(dir.path(), id);
+        let cp = Store::session_dir_in(dir.path(), id)
+            .unwrap()
+            .join("CHECKPOINT");
+        std::fs::remove_file(cp).unwrap();
+    }
+    let b = Store::open(dir.path(), Options::default()).unwrap();
+    assert!(
+        orphan.exists(),
+        "a journal with unreadable acknowledged entries is kept"
+    );
+    let damaged = b.damaged_journals().unwrap();
+    assert_eq!(damaged.len(), 1, "{damaged:?}");
+    assert_eq!(damaged[0].path, orphan);
+    assert_eq!(damaged[0].offset, entries[1] as u64, "{damaged:?}");
+    // s1, whose one entry lies past the damage, is refused, not loaded short.
+    match b.append(&s1, &b1[1]) {
+        Err(sessionlog::store::Error::Corrupt {
+            session, segment, ..
+        }) => {
+            assert_eq!(session, s1);
+            assert_eq!(segment, orphan);
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // Salvage writes back what can be read and keeps the file.
+    let done = b.salvage_journals().unwrap();
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(done[0].entries, 1);
+    assert_eq!(done[0].end, entries[1] as u64);
+    assert!(done[0].unread > 0);
+    assert!(
+        dir.path()
+            .join("journal/damaged/0000000000000abe.wal")
+            .exists()
+    );
+    assert_eq!(b.read_from(&s0, 0).unwrap(), b0[..2].concat());
+}

@@ -65,7 +65,8 @@ pub struct JournalSalvage {
 impl Store {
     /// The journal files of the store that replay refuses, whether their
     /// writer lives or not: a damaged header, an entry whose checksum holds
-    /// but that does not parse, another store's id. A file a crash cut
+    /// but that does not parse, a damaged entry with a valid one after it,
+    /// another store's id. A file a crash cut
     /// while it was being created (a header, zeros after) is not damage.
     /// Works on read-only handles; `verify` reports these.
     pub fn damaged_journals(&self) -> Result<Vec<DamagedJournal>> {

@@ -158,17 +158,87 @@ pub struct Scanned<'a> {
 
 /// Reads a whole journal file. The entries end at the first one that is
 /// zero, torn or fails its CRC: entries are only acknowledged after a sync
-/// that covered every earlier entry, so nothing acknowledged lies past it.
+/// that covered every earlier entry, so nothing acknowledged lies past a
+/// torn tail. A valid entry anywhere after that point proves it is not a
+/// torn tail but damage (a changed byte in an entry a sync covered, with
+/// acknowledged entries after it): that is [`JournalError::BadEntry`] at
+/// the point where reading stopped, never a shorter journal.
 pub fn scan(b: &[u8]) -> Result<Scanned<'_>, JournalError> {
     let header = JournalHeader::decode(b)?;
     let mut entries = Vec::new();
-    for (at, payload) in Frames::new(b) {
+    let mut frames = Frames::new(b);
+    for (at, payload) in &mut frames {
         entries.push(parse_entry(payload).map_err(|reason| JournalError::BadEntry {
             offset: at as u64,
             reason,
         })?);
     }
-    Ok(Scanned { header, entries })
+    let end = frames.at;
+    match valid_entry_after(b, end) {
+        Beyond::Nothing => Ok(Scanned { header, entries }),
+        Beyond::Entry(next) => Err(JournalError::BadEntry {
+            offset: end as u64,
+            reason: format!(
+                "the entry here is damaged (zero length, past the end or checksum mismatch) \
+                 yet a valid entry follows at offset {next}: not a torn tail"
+            ),
+        }),
+        Beyond::Unknown => Err(JournalError::BadEntry {
+            offset: end as u64,
+            reason: "the entry here is damaged, and a valid entry after it could not be \
+                     ruled out within the checking budget: not known to be a torn tail"
+                .into(),
+        }),
+    }
+}
+
+/// What lies after the point where the entries stopped.
+enum Beyond {
+    /// Zeros, or bytes no valid entry starts in: a torn tail.
+    Nothing,
+    /// A valid entry (checksum and framing) starts at this offset.
+    Entry(usize),
+    /// Checking every candidate would checksum more than the budget.
+    Unknown,
+}
+
+/// Looks for a valid entry frame starting at any byte offset after `from`
+/// (where [`Frames`] stopped). Zero runs are skipped in bulk; the bytes
+/// checksummed are bounded by the file's size plus 64 KiB (a candidate
+/// that cannot be checked within that is [`Beyond::Unknown`]), so a
+/// crafted file cannot make this quadratic. Only payloads at least as long
+/// as the smallest entry are candidates.
+fn valid_entry_after(b: &[u8], from: usize) -> Beyond {
+    const MIN_PAYLOAD: usize = ENTRY_OVERHEAD - 8 + 1;
+    let mut budget = b.len() as u64 + (64 << 10);
+    let mut at = from.max(HEADER_LEN) + 1;
+    while at + 8 <= b.len() {
+        if b[at..at + 4] == [0; 4] {
+            // Skip to just before the next nonzero byte: a length field
+            // ending there is the next candidate.
+            match b[at + 4..].iter().position(|&x| x != 0) {
+                Some(n) => at = (at + 4 + n).saturating_sub(3).max(at + 1),
+                None => break,
+            }
+            continue;
+        }
+        let len = le_u32(b, at) as usize;
+        if len >= MIN_PAYLOAD && len <= b.len() - at - 8 {
+            let cost = 4 + len as u64;
+            if cost > budget {
+                return Beyond::Unknown;
+            }
+            budget -= cost;
+            let mut h = crc32fast::Hasher::new();
+            h.update(&b[at..at + 4]);
+            h.update(&b[at + 8..at + 8 + len]);
+            if h.finalize() == le_u32(b, at + 4) {
+                return Beyond::Entry(at);
+            }
+        }
+        at += 1;
+    }
+    Beyond::Nothing
 }
 
 /// The framed entries of a journal file, as (offset, payload), while the
@@ -340,6 +410,61 @@ mod tests {
         let mut cut = good.clone();
         cut.truncate(second + 5);
         assert_eq!(scan(&cut).unwrap().entries, es[..1]);
+    }
+
+    #[test]
+    fn a_damaged_entry_with_a_valid_one_after_it_is_refused() {
+        let es = [
+            entry("a", b"rec-one", 64),
+            entry("b", b"rec-two", 80),
+            entry("c", b"rec-3", 96),
+        ];
+        let good = file(&es);
+        let second = HEADER_LEN + es[0].framed_len();
+        let third = second + es[1].framed_len();
+        // Every byte of the second entry, length field included: whatever
+        // the flip makes of it (zero length, past the end, bad CRC), the
+        // valid third entry after it proves damage, not a torn tail.
+        for at in second..third {
+            for bit in [0x01, 0x40, 0x80] {
+                let mut b = good.clone();
+                b[at] ^= bit;
+                match scan(&b) {
+                    Err(JournalError::BadEntry { offset, .. }) => {
+                        assert_eq!(offset, second as u64, "flip {bit:#x} at {at}")
+                    }
+                    other => panic!("flip {bit:#x} at {at}: {other:?}"),
+                }
+            }
+        }
+        // Zeroed (an unsynced entry a crash never wrote), with nothing
+        // valid after it: the end.
+        let mut b = good.clone();
+        b[second..].fill(0);
+        assert_eq!(scan(&b).unwrap().entries, es[..1]);
+        // A large file of zeros after the entries is read quickly.
+        let mut big = good.clone();
+        big.resize(32 << 20, 0);
+        let t = std::time::Instant::now();
+        assert_eq!(scan(&big).unwrap().entries, es);
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn the_search_past_a_bad_entry_is_bounded() {
+        // After a bad entry, bytes whose every offset claims a long
+        // payload: checking each candidate would be quadratic; past the
+        // budget the verdict is damage, not a torn tail.
+        let es = [entry("a", b"rec-one", 64)];
+        let mut b = file(&es);
+        let end = b.len() - 100;
+        b.truncate(end);
+        for _ in 0..(1 << 18) {
+            b.extend_from_slice(&(1u32 << 19).to_le_bytes());
+        }
+        let t = std::time::Instant::now();
+        assert!(matches!(scan(&b), Err(JournalError::BadEntry { offset, .. }) if offset == end as u64));
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
     }
 
     #[test]
