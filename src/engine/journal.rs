@@ -132,6 +132,17 @@ impl Journal {
         (self.file_size as usize - journal::HEADER_LEN) / 4
     }
 
+    /// Whether a record of session `id` goes through the journal: its whole
+    /// entry (id included: ids may be as long as a `HEADER` allows) within
+    /// [`Journal::max_entry`], so it fits a file without changing its
+    /// length, and the id within the entry's 16-bit length field (a longer
+    /// one would be written cut, and replayed as another session's). Any
+    /// other record is synced in its segment.
+    pub(super) fn takes(&self, id: &str, record: &[u8]) -> bool {
+        id.len() <= journal::MAX_ID_LEN
+            && journal::ENTRY_OVERHEAD + id.len() + record.len() <= self.max_entry()
+    }
+
     /// Whether `number` is one of this handle's files.
     pub(super) fn owns(&self, number: u64) -> bool {
         self.owned
@@ -163,6 +174,13 @@ impl Journal {
 
     /// Writes `entry` and returns once a sync of the journal covers it.
     pub(super) fn commit(&self, entry: &Entry<'_>) -> Result<(), JournalIoError> {
+        if !self.takes(entry.session, entry.record) {
+            // The caller syncs such a record in its segment instead.
+            return Err((
+                self.dir.clone(),
+                io::Error::other("an entry the journal does not take"),
+            ));
+        }
         let lsn = self.write(entry)?;
         let mut st = self.state.lock().expect("journal lock");
         loop {

@@ -405,7 +405,7 @@ impl Store {
     ) -> Result<()> {
         let writer = s.writer.as_ref().expect("active segment");
         let committed = match writer.last_frame() {
-            Some(record) if record.len() <= j.max_entry() => j.commit(&crate::journal::Entry {
+            Some(record) if j.takes(id, record) => j.commit(&crate::journal::Entry {
                 uid: writer.ident().session_uid,
                 segment,
                 offset,

@@ -38,6 +38,9 @@ pub const JOURNAL_DIR: &str = "journal";
 pub const HEADER_LEN: usize = 48;
 /// Bytes of an entry besides its id and record.
 pub const ENTRY_OVERHEAD: usize = 8 + 16 + 8 + 8 + 2;
+/// The longest session id an entry holds (its length is a u16). A session
+/// with a longer id is not journaled: its records are synced in place.
+pub const MAX_ID_LEN: usize = u16::MAX as usize;
 const MAGIC: [u8; 8] = *b"SLOGJRNL";
 const VERSION: u32 = 1;
 
@@ -130,6 +133,10 @@ impl Entry<'_> {
 
     /// Appends the framed entry to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        assert!(
+            self.session.len() <= MAX_ID_LEN,
+            "a journal entry holds ids of at most {MAX_ID_LEN} bytes"
+        );
         let start = out.len();
         let len = (self.framed_len() - 8) as u32;
         out.extend_from_slice(&len.to_le_bytes());
