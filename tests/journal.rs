@@ -12,6 +12,8 @@
 //! enumerates every crash point of a workload with the journal on.
 
 mod common;
+#[path = "common/hooked_fs.rs"]
+mod hooked_fs;
 
 use common::{fast_tempdir, turn_log};
 use sessionlog::event::OwnedEvent;
@@ -755,4 +757,56 @@ fn a_session_with_an_id_too_long_for_an_entry_keeps_its_batches() {
     assert_eq!(b.read_from(&id, 0).unwrap(), batches[..3].concat());
     assert!(!orphan.exists(), "the replayed journal is removed");
     b.verify(&id).unwrap();
+}
+
+/// `damaged_journals` reads live journals too: a read that copied an entry
+/// while its owner was still writing it, and the next entry once written,
+/// sees a damaged entry with a valid one after it. That is not damage: the
+/// verdict stands only if a second read agrees.
+#[test]
+fn a_live_journal_read_mid_write_is_not_reported_damaged() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = fast_tempdir();
+    let a = Store::open(dir.path(), options()).unwrap();
+    let (id, batches) = plan(0);
+    a.create(SessionHeader::new(&id, 0)).unwrap();
+    for b in &batches[..4] {
+        a.append(&id, b).unwrap();
+    }
+    let reads = std::sync::Arc::new(AtomicUsize::new(0));
+    let seen = reads.clone();
+    let vfs = std::sync::Arc::new(hooked_fs::HookedFs {
+        before_read_file: Some(Box::new(move |p| {
+            if p.extension().is_none_or(|e| e != "wal") {
+                return;
+            }
+            let mut bytes = std::fs::read(p).unwrap();
+            let entries = entry_offsets(&bytes);
+            let second = entries[1];
+            let saved = bytes[second + 8..entries[2]].to_vec();
+            match seen.fetch_add(1, Ordering::SeqCst) {
+                // The first read: the second entry's payload not written
+                // yet, the third one already there.
+                0 => {
+                    bytes[second + 8..entries[2]].fill(0);
+                    std::fs::write(p, &bytes).unwrap();
+                    std::fs::write(p.with_extension("saved"), saved).unwrap();
+                }
+                // The owner has finished it by the next read.
+                1 => {
+                    let saved = std::fs::read(p.with_extension("saved")).unwrap();
+                    bytes[second + 8..entries[2]].copy_from_slice(&saved);
+                    std::fs::write(p, &bytes).unwrap();
+                    std::fs::remove_file(p.with_extension("saved")).unwrap();
+                }
+                _ => {}
+            }
+        })),
+        ..hooked_fs::HookedFs::default()
+    });
+    let reader = Store::open_read_only_with_vfs(dir.path(), vfs).unwrap();
+    assert_eq!(reader.damaged_journals().unwrap(), Vec::new());
+    assert_eq!(reads.load(Ordering::SeqCst), 2, "read twice");
+    a.append(&id, &batches[4]).unwrap();
+    a.close().unwrap();
 }
