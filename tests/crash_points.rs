@@ -818,3 +818,59 @@ fn crash_at_every_operation_of(opts: fn() -> Options, label: &str) {
     );
     assert!(points > 100 && images > points);
 }
+
+/// A process killed at every operation of its first writable open with
+/// the journal (creating the store, `journal/` and its first journal
+/// file), its page cache kept; the next process opens the store with the
+/// journal, creates a session and appends two batches (the second
+/// acknowledged by the journal alone), and the power fails with that
+/// handle open. Both batches survive in every image. Before, a `journal/`
+/// the killed process had created but not yet synced into the store
+/// directory was taken as durable by the next process, whose journal file
+/// (and acknowledged batch) then vanished with it.
+#[test]
+fn a_journal_directory_a_killed_process_created_is_synced_by_the_next() {
+    use common::next_turn;
+    let (mut points, mut images) = (0u64, 0u64);
+    let mut k = 1;
+    loop {
+        let live = tempdir();
+        let store_dir = live.path().join("store");
+        let fs = CrashFs::new(live.path(), k);
+        let arc: Arc<dyn Vfs> = Arc::new(fs.clone());
+        let done = Store::open_with_vfs(&store_dir, journal_options(), arc).is_ok();
+        if done && fs.ops() < k {
+            break;
+        }
+        k += 1;
+        // Only kills after the journal directory exists are of interest.
+        if !store_dir.join("journal").exists() {
+            continue;
+        }
+        points += 1;
+        let next = fs.revived();
+        let store =
+            Store::open_with_vfs(&store_dir, journal_options(), Arc::new(next.clone())).unwrap();
+        store.create(SessionHeader::new("s", 0)).unwrap();
+        let first = next_turn(&[]);
+        let second = next_turn(&first);
+        store.append("s", &first).unwrap();
+        store.append("s", &second).unwrap();
+        // The power fails; the handle never closes.
+        next.snapshot();
+        for (name, dir) in next.images.lock().unwrap().iter() {
+            images += 1;
+            let context = format!("killed at op {}, power loss ({name})", k - 1);
+            let reopened = Store::open(dir.path().join("store"), options())
+                .unwrap_or_else(|e| panic!("{context}: reopen failed: {e}"));
+            assert_eq!(
+                reopened.read_from("s", 0).ok(),
+                Some([first.clone(), second.clone()].concat()),
+                "{context}: an acknowledged batch was lost"
+            );
+        }
+        std::mem::forget(store); // no close, no clean-up: the power failed
+    }
+    println!("{points} kill points, {images} images");
+    assert!(points > 3, "{points}");
+}

@@ -96,10 +96,14 @@ impl Journal {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err((dir, e)),
             }
-            // The directory's name must be durable before a file in it is.
-            vfs.sync_dir(store_dir)
-                .map_err(|e| (store_dir.to_owned(), e))?;
         }
+        // The directory's name must be durable before a file in it is,
+        // also when this handle found it: its creator may have been killed
+        // (or may still be running) before its own sync of the store
+        // directory, and a directory found in the page cache is not known
+        // durable.
+        vfs.sync_dir(store_dir)
+            .map_err(|e| (store_dir.to_owned(), e))?;
         let size = file_size.max(1 << 16);
         let owned = Mutex::new(HashSet::new());
         let current = new_file(&dir, &*vfs, &locks, store_id, size, &owned)?;
