@@ -147,20 +147,15 @@ impl Store {
         if rec.replayed > 0 || !rec.used_checkpoint {
             s.dirty = true;
         }
-        // The previous writer may have been poisoned by a failed directory
-        // sync, which only that process knew: of its publish (which then
-        // removes the checkpoint), or of a new segment's name (it then
-        // wrote nothing more, so the last segment holds no record). This
-        // writer's acknowledgements build on those names, so it makes them
+        // Likewise the directory entries the previous writer made may be
+        // in the page cache only (killed before its directory sync: the
+        // rename that published the session, a new segment's name; or
+        // poisoned by a failed one, which only that process knew): this
+        // writer acknowledges batches that rest on them, so they are made
         // durable first: the session's directory (its files' names) and
-        // `sessions/` (the session's own name). A checkpoint ending in the
-        // last segment was written after both were synced: nothing to do
-        // (the usual case; two directory syncs cost ~5 ms on a disk).
-        let empty_last = s.segs.last().map(|g| g.first_seq)
-            != s.last_record.as_ref().map(|r| r.segment_first_seq);
-        if (!rec.used_checkpoint || empty_last)
-            && let Err(e) = self.sync_session_dirs(&s.dir)
-        {
+        // `sessions/` (the session's own name). A failure is a failed
+        // fsync: poisoned.
+        if let Err(e) = self.sync_session_dirs(&s.dir) {
             s.poisoned = true;
             return Err(e);
         }
