@@ -944,3 +944,11 @@ fn next_writer_acknowledges_only_on_what_is_durable(opts: fn() -> Options, label
 fn a_writer_after_a_killed_one_acknowledges_only_on_what_is_durable() {
     next_writer_acknowledges_only_on_what_is_durable(options, "sync");
 }
+
+/// The same with the store-wide journal on: the next writer's batches are
+/// acknowledged by the journal, so the records it inherited unsynced must
+/// be synced in their segment before the first of them.
+#[test]
+fn a_writer_after_a_killed_one_acknowledges_only_on_what_is_durable_with_the_journal() {
+    next_writer_acknowledges_only_on_what_is_durable(journal_options, "journal");
+}

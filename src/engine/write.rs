@@ -159,6 +159,15 @@ impl Store {
             s.poisoned = true;
             return Err(e);
         }
+        // With the journal an append is acknowledged without a sync of its
+        // segment, so "the next sync" above could come only after batches
+        // were acknowledged on top of the inherited records: a power loss
+        // would then leave a gap of zeros before them (the journal holds
+        // them, not the inherited ones, whose writer died before writing
+        // its journal entry). They are synced now, before anything is.
+        if s.dirty && self.inner.journal.is_some() {
+            s.sync_now()?;
+        }
         // Images a killed compressor left half written, whatever this
         // handle's options (a `compress` killed mid-write is swept by any
         // later writer, not only by one that compresses in the background).
