@@ -822,3 +822,43 @@ fn a_follower_can_wait_for_good() {
         assert_eq!(waiting.join().unwrap().unwrap(), log[3..]);
     });
 }
+
+/// A seal a crash interrupted (footer written, preallocated zeros not yet
+/// cut) is finished by the session's next writer, which cuts the file; the
+/// writer then compresses the segment and forks the session. Before, the
+/// writer kept its map of the file as it was before the cut, and still
+/// used it once the segment was compressed: the fork's check of the
+/// footer at the end of that map touched a page past the end of the file
+/// and the process died of SIGBUS (or, with a longer file, the fork failed
+/// with "no footer magic at the end of the file" naming the image).
+#[test]
+fn a_seal_its_writer_completed_is_read_to_its_end_and_forked_once_compressed() {
+    let dir = fast_tempdir();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    let log = write(&store, "s", 3);
+    assert!(store.seal("s").unwrap());
+    store.close().unwrap();
+    let sdir = session_dir(dir.path(), "s");
+    let raw = files(&sdir, ".seg")[0].clone();
+    let sealed = std::fs::metadata(&raw).unwrap().len();
+    assert!(sealed < 4096 - 40, "the old end lies a page past the cut");
+    // A crash between the footer's write and the cut: zeros after it.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&raw)
+        .unwrap()
+        .set_len(4160)
+        .unwrap();
+    let store = Store::open(dir.path(), options(false)).unwrap();
+    store.repair("s").unwrap();
+    assert_eq!(std::fs::metadata(&raw).unwrap().len(), sealed, "cut");
+    assert_eq!(store.compress_sealed("s").unwrap().segments, 1);
+    store
+        .fork("s", log.len() as u64, SessionHeader::new("f", 0))
+        .unwrap();
+    let fork: Vec<OwnedEvent> = store.read_from("f", 0).unwrap();
+    assert_eq!(&fork[..log.len()], &log[..]);
+    store.verify("s").unwrap();
+    store.verify("f").unwrap();
+    store.close().unwrap();
+}

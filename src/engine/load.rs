@@ -483,6 +483,14 @@ impl Store {
                         // A crash between the footer write and the cut.
                         SegmentWriter::complete_seal_with(vfs, path, &scan)
                             .map_err(|e| segment_error(&id, path, e))?;
+                        // The file ends at the footer now: so must the
+                        // session's view of it, or a read of its end (a
+                        // fork's footer check) touches pages the cut
+                        // removed (SIGBUS).
+                        if let Some(end) = scan.sealed_len() {
+                            let seg = s.segs.last_mut().expect("pushed");
+                            seg.map = CommittedPrefix::of(seg.map.clone(), end);
+                        }
                     }
                 } else {
                     s.active_end = Some(scan.valid_end.max(segment::HEADER_LEN as u64));
