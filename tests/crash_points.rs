@@ -244,6 +244,9 @@ struct CrashFs {
     crash_at: u64,
     /// Images written at the crash: (data model, dirs kept, directory).
     images: Arc<Mutex<Vec<(String, tempfile::TempDir)>>>,
+    /// Set by [`CrashFs::kill`]: every later operation fails, nothing is
+    /// snapshotted (the process is gone, the page cache stays).
+    killed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl CrashFs {
@@ -258,6 +261,7 @@ impl CrashFs {
             ops: Arc::new(AtomicU64::new(0)),
             crash_at,
             images: Arc::new(Mutex::new(Vec::new())),
+            killed: Arc::default(),
         }
     }
 
@@ -304,6 +308,9 @@ impl CrashFs {
     /// Counts an operation; at the crash point, writes the images; after
     /// it, fails.
     fn op(&self) -> io::Result<()> {
+        if self.killed.load(Ordering::SeqCst) {
+            return Err(io::Error::other("killed"));
+        }
         let n = self.ops.fetch_add(1, Ordering::SeqCst) + 1;
         if self.crash_at != 0 && n == self.crash_at {
             self.snapshot();
@@ -345,8 +352,15 @@ impl CrashFs {
             ops: Arc::new(AtomicU64::new(0)),
             crash_at: 0,
             images: Arc::new(Mutex::new(Vec::new())),
+            killed: Arc::default(),
             ..self.clone()
         }
+    }
+
+    /// The process using this backend is killed: its later operations (a
+    /// dropped handle's clean-up) fail and change nothing.
+    fn kill(&self) {
+        self.killed.store(true, Ordering::SeqCst);
     }
 }
 
@@ -869,7 +883,9 @@ fn a_journal_directory_a_killed_process_created_is_synced_by_the_next() {
                 "{context}: an acknowledged batch was lost"
             );
         }
-        std::mem::forget(store); // no close, no clean-up: the power failed
+        // The power failed: the handle's clean-up changes nothing.
+        next.kill();
+        drop(store);
     }
     println!("{points} kill points, {images} images");
     assert!(points > 3, "{points}");
@@ -933,7 +949,9 @@ fn next_writer_acknowledges_only_on_what_is_durable(opts: fn() -> Options, label
                 );
             }
         }
-        std::mem::forget(store);
+        // The power failed: the handle's clean-up changes nothing.
+        next.kill();
+        drop(store);
         k += 1;
     }
     println!("{label}: {points} kill points, {images} images after the next writer's append");
@@ -1038,7 +1056,9 @@ fn next_writer_seals_compresses_and_forks(opts: fn() -> Options, label: &str) {
                     .unwrap_or_else(|e| panic!("{context}: verify {id}: {e}"));
             }
         }
-        std::mem::forget(store);
+        // The power failed: the handle's clean-up changes nothing.
+        next.kill();
+        drop(store);
         k += 1;
     }
     println!("{label}: {points} kill points, {images} images");
