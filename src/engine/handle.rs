@@ -36,6 +36,11 @@ pub(super) struct Inner {
     /// The manifest as this handle last read or wrote it (its version is
     /// raised before the first compressed segment).
     pub(super) manifest: Mutex<Manifest>,
+    /// The manifest's version is known durable: this handle raised it, or
+    /// synced the store directory since it found it raised (a manifest
+    /// found raised may be the rename of a process killed before its
+    /// directory sync, in the page cache only).
+    pub(super) manifest_durable: AtomicBool,
     /// The background compression of sealed segments
     /// (`Options::compress_sealed`, writable handles).
     pub(super) compressor: Option<super::compress::Compressor>,
@@ -256,9 +261,16 @@ impl Store {
             Manifest::open_or_create_with(&*vfs, dir).map(|(m, _)| m)
         }?;
         if options.compress_sealed && !read_only {
-            // Durable before any image is written (section 2 of the spec).
+            // Durable before any image is written (section 2 of the spec),
+            // also when found raised already: the rename of a process
+            // killed before its directory sync is in the page cache only.
+            let raised = manifest.version == crate::manifest::STORE_FORMAT_VERSION;
             manifest = manifest.upgrade_with(&*vfs, dir)?;
+            if raised {
+                vfs.sync_dir(dir).map_err(io_at(dir))?;
+            }
         }
+        let manifest_durable = options.compress_sealed && !read_only;
         let locks = LockTable::open(dir, !read_only)
             .map_err(|source| Error::Io {
                 path: dir.join(super::locks::LOCK_FILE),
@@ -300,6 +312,7 @@ impl Store {
                 store_id: manifest.store_id,
                 dir: dir.to_path_buf(),
                 manifest: Mutex::new(manifest),
+                manifest_durable: AtomicBool::new(manifest_durable),
                 compressor,
                 locks,
                 registry,
@@ -526,7 +539,11 @@ impl Store {
     /// ([`crate::manifest::STORE_FORMAT_VERSION`]) before this handle first
     /// writes what only such a reader reads: a compressed image (version
     /// 4), a `HEADER` with an embedded checkpoint (version 5). Durable
-    /// before the caller writes anything (format-spec section 2).
+    /// before the caller writes anything (format-spec section 2): a
+    /// manifest found raised may be the rename of a process killed before
+    /// its directory sync, in the page cache only (a file written under it
+    /// would then outlive it after a power loss, beside an older manifest),
+    /// so the store directory is synced once per handle in that case.
     pub(super) fn raise_store_version(&self) -> Result<()> {
         let mut m = self
             .inner
@@ -535,7 +552,11 @@ impl Store {
             .unwrap_or_else(|p| p.into_inner());
         if m.version < crate::manifest::STORE_FORMAT_VERSION {
             *m = m.upgrade_with(&*self.inner.vfs, &self.inner.dir)?;
+        } else if !self.inner.manifest_durable.load(Ordering::Acquire) {
+            let dir = &self.inner.dir;
+            self.inner.vfs.sync_dir(dir).map_err(io_at(dir))?;
         }
+        self.inner.manifest_durable.store(true, Ordering::Release);
         Ok(())
     }
 
