@@ -102,6 +102,7 @@ pub(crate) fn put(vfs: &dyn Vfs, dir: &Path, name: &str, bytes: &[u8]) -> io::Re
 /// Removes the checkpoint of the session in `dir` wherever it is: its
 /// `CHECKPOINT` file, and the one its `HEADER` embeds (the `HEADER` written
 /// again without it). A checkpoint is a cache: nothing is lost.
+#[cfg(feature = "archive")]
 pub(crate) fn remove(vfs: &dyn Vfs, dir: &Path) -> io::Result<()> {
     let path = dir.join(CHECKPOINT_FILE);
     match vfs.remove_file(&path) {

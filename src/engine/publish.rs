@@ -402,13 +402,10 @@ impl Store {
             // with its lock, so nothing is acknowledged on top of it.
             Err(PublishError::Unsynced(live, path, source)) => {
                 c.move_to(live);
+                // The next writer (another process, once this one is
+                // gone) syncs the session's directories before it
+                // acknowledges anything (`ensure_writer`).
                 c.poisoned = true;
-                // Only this process knows the session's name may not be
-                // durable. Without a checkpoint the next writer counts the
-                // session unfinished and syncs its directories before it
-                // acknowledges anything (`ensure_writer`); a checkpoint is a
-                // cache, so removing it loses nothing.
-                let _ = super::ckfile::remove(&*self.inner.vfs, &c.dir);
                 c.lock = s.lock.take();
                 *s = c;
                 return Err(Error::Io { path, source });
