@@ -1237,3 +1237,52 @@ fn a_large_store_lists_every_session_once_and_reports_foreign_entries() {
         ["aaa-notes", "mmm-notes", "zzz-notes"].map(|n| sessions.join(n))
     );
 }
+
+/// Sessions the handle's cache releases to make room (`max_open_sessions`)
+/// are checkpointed first, like those `close` releases: in a closed store
+/// every record is covered, so a segment later cut at a record boundary is
+/// corruption, not a shorter log. Before, an evicted session kept no
+/// checkpoint (512 of the 1,000 sessions of the space test had none).
+#[test]
+fn sessions_released_to_make_room_are_checkpointed_first() {
+    use sessionlog::sample::{Sample, SampleConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        max_open_sessions: 4,
+        ..Options::default()
+    };
+    let store = Store::open(dir.path(), opts.clone()).unwrap();
+    let ids: Vec<String> = (0..12).map(|i| format!("s{i:02}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        let (header, events) = Sample::new(SampleConfig {
+            turns: 2,
+            seed: i as u64,
+            ..SampleConfig::default()
+        })
+        .session(id);
+        store.import(header, &events, false).unwrap();
+    }
+    store.close().unwrap();
+    for id in &ids {
+        let sdir = Store::session_dir_in(dir.path(), id).unwrap();
+        assert!(
+            common::checkpoint_place(&sdir).is_some(),
+            "{id} was closed without a checkpoint"
+        );
+    }
+    // The first session was released long before the close: its last
+    // record cut off reads as damage.
+    let seg = Store::session_dir_in(dir.path(), &ids[0])
+        .unwrap()
+        .join("00000000000000000000.seg");
+    let bytes = std::fs::read(&seg).unwrap();
+    let ident = sessionlog::segment::read_header(&bytes).unwrap();
+    let scan = sessionlog::segment::scan(&bytes, &ident, &Default::default()).unwrap();
+    let last = scan.batches.last().unwrap().offset as usize;
+    std::fs::write(&seg, &bytes[..last]).unwrap();
+    let store = Store::open(dir.path(), opts).unwrap();
+    match store.load(&ids[0]) {
+        Err(Error::Corrupt { segment, .. }) => assert_eq!(segment, seg),
+        other => panic!("a cut tail of a closed session must be corruption: {other:?}"),
+    }
+}

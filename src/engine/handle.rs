@@ -578,6 +578,7 @@ impl Store {
         }
         let mut placeholder = self.new_session(SessionHeader::new(id, 0))?;
         placeholder.placeholder = true;
+        self.checkpoint_before_eviction();
         let mut sessions = self.inner.sessions.write().expect("sessions lock");
         if let Some(s) = sessions.get(id) {
             return Ok(s.clone());
@@ -830,19 +831,16 @@ impl Store {
         flushed.and(released).and(archived)
     }
 
-    /// Evicts idle sessions (not in use by another thread) from a full map,
-    /// least recently used first: a quarter of the map, so eviction is rare.
-    /// An evicted session is synced, its preallocated tail trimmed and its
-    /// writer lock released; loading it again costs a checkpoint read.
-    ///
-    /// The release happens here, under the map's write lock, on purpose:
-    /// writer locks are owned by this handle's open file description, so a
-    /// new entry for the same id taking its lock while the old one still
-    /// held it would "succeed" (same owner), and the old one's release
-    /// would then unlock the new one's lock. Releasing before the entry
-    /// leaves the map rules that out, at the cost of a sync (Batched and
-    /// None modes only) while the map is locked.
-    fn evict(&self, sessions: &mut HashMap<String, Arc<Mutex<Session>>>) {
+    /// The idle sessions an eviction of the map would release now (not in
+    /// use by another thread), least recently used first: a quarter of the
+    /// map. Empty while the map is not full.
+    fn eviction_candidates(
+        &self,
+        sessions: &HashMap<String, Arc<Mutex<Session>>>,
+    ) -> Vec<(u64, String)> {
+        if sessions.len() < self.inner.options.max_open_sessions.max(1) {
+            return Vec::new();
+        }
         let mut idle: Vec<(u64, String)> = sessions
             .iter()
             .filter(|(_, slot)| Arc::strong_count(slot) == 1)
@@ -852,8 +850,53 @@ impl Store {
             })
             .collect();
         idle.sort();
-        let want = (sessions.len() / 4).max(1);
-        for (_, id) in idle.into_iter().take(want) {
+        idle.truncate((sessions.len() / 4).max(1));
+        idle
+    }
+
+    /// Checkpoints the sessions the next eviction will release, before it
+    /// and without the map's lock (a checkpoint syncs files; the map's lock
+    /// would stall every other session meanwhile). A released session
+    /// otherwise kept its records past its last checkpoint uncovered: a
+    /// later cut of its tail at a record boundary would read as a shorter
+    /// log, where `close` promises a checkpoint over every record (format-
+    /// spec section 8). Best effort: a failed checkpoint leaves the
+    /// session as it was, released all the same.
+    fn checkpoint_before_eviction(&self) {
+        let slots: Vec<Arc<Mutex<Session>>> = {
+            let sessions = self.inner.sessions.read().expect("sessions lock");
+            self.eviction_candidates(&sessions)
+                .iter()
+                .filter_map(|(_, id)| sessions.get(id).cloned())
+                .collect()
+        };
+        for slot in slots {
+            let Ok(mut s) = slot.try_lock() else {
+                continue; // in use again: not evicted
+            };
+            if s.since_checkpoint > 0 && s.lock.is_some() && !s.poisoned && !s.placeholder {
+                let _ = self.write_checkpoint(&mut s, true);
+                self.within_image_budget(&mut s);
+            }
+        }
+    }
+
+    /// Evicts idle sessions (not in use by another thread) from a full map,
+    /// least recently used first: a quarter of the map, so eviction is rare.
+    /// An evicted session is synced, its preallocated tail trimmed and its
+    /// writer lock released (checkpointed just before, outside the map's
+    /// lock: [`Store::checkpoint_before_eviction`]); loading it again costs
+    /// a checkpoint read.
+    ///
+    /// The release happens here, under the map's write lock, on purpose:
+    /// writer locks are owned by this handle's open file description, so a
+    /// new entry for the same id taking its lock while the old one still
+    /// held it would "succeed" (same owner), and the old one's release
+    /// would then unlock the new one's lock. Releasing before the entry
+    /// leaves the map rules that out, at the cost of a sync (Batched and
+    /// None modes only) while the map is locked.
+    fn evict(&self, sessions: &mut HashMap<String, Arc<Mutex<Session>>>) {
+        for (_, id) in self.eviction_candidates(sessions) {
             let Some(slot) = sessions.get(&id) else {
                 continue;
             };
