@@ -591,12 +591,13 @@ fn a_failed_checkpoint_does_not_fail_a_durable_append() {
         if failed.is_empty() {
             break;
         }
-        if failed[0].1.contains("CHECKPOINT") {
+        // The checkpoint's file, or the HEADER a small session's embeds it in.
+        if failed[0].1.contains("CHECKPOINT") || failed[0].1.contains("HEADER") {
             hit += 1;
             assert!(result.is_ok(), "{failed:?}: {result:?}");
             store.append("s", &log[9..12]).unwrap();
             assert_eq!(store.read_from("s", 0).unwrap(), log[..12]);
         }
     }
-    assert!(hit > 0);
+    assert!(hit > 3, "{hit}");
 }

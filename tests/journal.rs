@@ -684,10 +684,9 @@ fn a_damaged_entry_followed_by_valid_ones_is_refused_not_read_as_the_end() {
     // Power loss: the segment writes only the journal made durable.
     for id in [&s0, &s1] {
         lose_unsynced_segment_writes(dir.path(), id);
-        let cp = Store::session_dir_in(dir.path(), id)
-            .unwrap()
-            .join("CHECKPOINT");
-        std::fs::remove_file(cp).unwrap();
+        let sdir = Store::session_dir_in(dir.path(), id).unwrap();
+        assert!(common::checkpoint_place(&sdir).is_some());
+        common::remove_checkpoint(&sdir);
     }
     let b = Store::open(dir.path(), Options::default()).unwrap();
     assert!(
@@ -751,7 +750,7 @@ fn a_session_with_an_id_too_long_for_an_entry_keeps_its_batches() {
         // batches back.
         lose_unsynced_segment_writes(dir.path(), &id);
         let sdir = Store::session_dir_in(dir.path(), &id).unwrap();
-        std::fs::remove_file(sdir.join("CHECKPOINT")).unwrap();
+        common::remove_checkpoint(&sdir);
     }
     let b = Store::open(dir.path(), Options::default()).unwrap();
     assert_eq!(b.read_from(&id, 0).unwrap(), batches[..3].concat());
