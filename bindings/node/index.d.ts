@@ -56,7 +56,7 @@ export declare class SessionLog {
  * the first hook of a handle that differs rejects with `SESSIONLOG_OPTIONS`.
  */
 export interface OpenOptions {
-  /** Store sealed segments compressed, by a background thread (raises the store to format version 4). */
+  /** Store sealed segments compressed, by a background thread (raises the store to the newest format version, 5). */
   compressSealed?: boolean
   /** Share one sync among the durable appends of many sessions (a store-wide journal). */
   journal?: boolean

@@ -45,7 +45,7 @@ describe('sessionlog plugin options', () => {
   it('reach the store: compressSealed raises its format, journal keeps a journal', async () => {
     for (const [options, version, journal] of [
       [{}, 3, false],
-      [{ compressSealed: true, journal: true }, 4, true],
+      [{ compressSealed: true, journal: true }, 5, true],
     ] as const) {
       const root = await mkdtemp(join(tmpdir(), 'dsh-sessionlog-plugin-'))
       const ctx = new Context()

@@ -112,7 +112,7 @@ pub struct OpenOptions {
     /// Store sealed segments compressed, by a background thread
     /// (`Options::compress_sealed`: about 0.2-0.4x the bytes of plain JSONL
     /// for sealed data; reads of sealed data decode it). Raises the store
-    /// to format version 4 at open.
+    /// to the newest format version (5) at open.
     pub compress_sealed: Option<bool>,
     /// Share one sync among the durable appends of many sessions
     /// (`Options::journal`: pays off with many sessions written at once).
