@@ -53,7 +53,7 @@
 //!   [`invariants`] (strict mode) and [`session`] (the fold that ties them
 //!   together);
 //! - the file formats (`format`: segment, codec, checkpoint, manifest,
-//!   lineage) and the file system the engine writes through (`io`: vfs),
+//!   a session's `HEADER`, lineage, journal) and the file system the engine writes through (`io`: vfs),
 //!   crate-private (the unstable `internals` feature makes them public, for
 //!   this crate's tests, fuzzing, benches and fault injection); their
 //!   errors, which a [`store::Error`] carries, are public in [`store`];
