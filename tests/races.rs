@@ -10,7 +10,9 @@
 //!   (which forgets the entry): it must use the map's new entry, never load
 //!   the forgotten one as a second session object with a lock of its own;
 //! - a reader's load racing a replace between its read of the `HEADER` and
-//!   its listing, which must read one incarnation whole, not fail.
+//!   its listing, which must read one incarnation whole, not fail; and one
+//!   racing its writer's new segment and checkpoint between its listing and
+//!   its read of the checkpoint.
 
 mod common;
 #[path = "common/hooked_fs.rs"]
@@ -289,4 +291,69 @@ fn a_load_racing_a_replace_reads_the_new_incarnation() {
         "the replace ran during the load"
     );
     reader.verify("p").unwrap();
+}
+
+/// A reader's load that lists a session's segments, then reads its
+/// checkpoint, while the writer (another handle) starts a new segment and
+/// writes a checkpoint ending in it between the two, reads the session
+/// whole. Before, the checkpoint named a segment the reader's listing
+/// lacked: a false `Corrupt` ("the segment is missing, but the checkpoint
+/// covers its records").
+#[test]
+fn a_load_whose_listing_predates_the_checkpoint_reads_the_session() {
+    let dir = fast_tempdir();
+    let log = turn_log(60, "w");
+    // A turn boundary near the middle: the rest fills several segments.
+    let at = log
+        .iter()
+        .position(|e| e.kind == "turn/start" && e.seq >= log.len() as u64 / 2)
+        .unwrap();
+    let writer = Arc::new(Store::open(dir.path(), options()).unwrap());
+    writer.create(SessionHeader::new("p", 0)).unwrap();
+    fn batch(b: &[OwnedEvent]) -> Vec<Event<'_>> {
+        b.iter().map(OwnedEvent::borrowed).collect()
+    }
+    for turn in log[..at].chunk_by(|_, b| b.kind != "turn/start") {
+        writer.append("p", &batch(turn)).unwrap();
+    }
+    writer.flush().unwrap();
+    let session = Store::session_dir_in(dir.path(), "p").unwrap();
+    let segments = || {
+        std::fs::read_dir(&session)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "seg")
+            })
+            .count()
+    };
+    let segments_before = segments();
+    let once = Arc::new(AtomicBool::new(false));
+    let (ran, w, rest) = (once.clone(), writer.clone(), log[at..].to_vec());
+    let vfs = Arc::new(hooked_fs::HookedFs {
+        after_map: Some(Box::new(move |p| {
+            if p.extension().is_some_and(|e| e == "seg") && !ran.swap(true, Ordering::SeqCst) {
+                // After the reader's listing: the writer fills the active
+                // segment, starts a new one and checkpoints into it.
+                for turn in rest.chunk_by(|_, b| b.kind != "turn/start") {
+                    w.append("p", &batch(turn)).unwrap();
+                }
+                w.flush().unwrap();
+            }
+        })),
+        ..hooked_fs::HookedFs::default()
+    });
+    let reader = Store::open_read_only_with_vfs(dir.path(), vfs).unwrap();
+    assert_eq!(reader.read_from("p", 0).unwrap(), log);
+    assert!(
+        once.load(Ordering::SeqCst),
+        "the writer ran during the load"
+    );
+    assert!(
+        segments() > segments_before,
+        "the writer started a new segment"
+    );
 }

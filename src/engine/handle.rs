@@ -625,10 +625,13 @@ impl Store {
     /// the session (`RENAME_EXCHANGE`) between the lookup's read of the
     /// `HEADER` and the load's listing, which would build one incarnation
     /// from the other's files: a false `Corrupt` (the segments are salted
-    /// with another uid). So a load that failed, or that found the
-    /// directory another than the one whose `HEADER` was read, starts again
-    /// from a new lookup (at most twice more: each retry needs another
-    /// replace to land in the same window).
+    /// with another uid); or its writer may start a segment and write a
+    /// checkpoint ending in it between the load's listing and its read of
+    /// the checkpoint: a false `Corrupt` too (the listing lacks the
+    /// segment). So a load that failed as corrupt, or whose directory is
+    /// not the one whose `HEADER` was read, starts again from a new lookup
+    /// (at most twice more: each retry needs another such change to land
+    /// in the same window).
     fn load_entry(&self, id: &str, mut entry: SessionEntry) -> Result<(Session, Recovery)> {
         for _ in 0..2 {
             let Some(found) = entry.found else { break };
@@ -637,7 +640,13 @@ impl Store {
                 Ok(_) => {}
                 Err(e) => {
                     let now = self.inner.vfs.metadata(&entry.dir).map(|m| m.identity());
-                    if now.is_ok_and(|now| now == found) {
+                    // The same directory: damage, unless the listing was
+                    // older than the checkpoint read after it (the writer
+                    // started a segment and checkpointed into it in
+                    // between: "the segment is missing"); a new load lists
+                    // again, and real damage is found again.
+                    let corrupt = matches!(e, Error::Corrupt { .. });
+                    if now.is_ok_and(|now| now == found) && !corrupt {
                         return Err(e);
                     }
                 }
