@@ -82,10 +82,12 @@ pub fn decode(bytes: &[u8]) -> Result<HeaderFile<'_>, String> {
     }
     let n = le_u32(bytes, 28) as usize;
     let end = HEADER_FIXED.saturating_add(n);
-    // Version 1 ends with its JSON; version 2 has a checkpoint after it.
+    // Version 1 ends with its JSON; version 2 has a checkpoint after it
+    // (one cut off whole, damage to the cache, reads as none: the session
+    // stays accounted for).
     let fits = match version {
         HEADER_VERSION => bytes.len() == end,
-        _ => bytes.len() > end,
+        _ => bytes.len() >= end,
     };
     if n > MAX_HEADER_JSON || !fits {
         return Err(format!(
@@ -153,9 +155,11 @@ mod tests {
         assert_eq!(&v2[8..12], &2u32.to_le_bytes());
         assert_eq!(decode(&v2).unwrap().checkpoint, Some(&b"ck"[..]));
         assert_eq!(with_checkpoint(&v2, None).unwrap(), b);
-        // Version 2 without a checkpoint, and version 1 with trailing bytes,
-        // are refused; damage to the checkpoint part is not the header's.
-        assert!(decode(&v2[..b.len()]).is_err());
+        // Damage to the checkpoint part is not the header's: version 2 with
+        // its checkpoint cut off whole reads as none. Version 1 with
+        // trailing bytes is refused.
+        assert_eq!(decode(&v2[..b.len()]).unwrap().checkpoint, None);
+        assert!(decode(&v2[..b.len() - 1]).is_err());
         let mut trailing = b.clone();
         trailing.push(0);
         assert!(decode(&trailing).is_err());
