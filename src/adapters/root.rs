@@ -301,6 +301,18 @@ pub fn sync_parent(path: &Path) -> io::Result<()> {
 /// synced. On failure the temporary file is removed and `path` is as it
 /// was.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    put_in_place(path, bytes, |tmp| std::fs::rename(tmp, path))
+}
+
+/// Writes `bytes` to `path.tmp-<random>` (mode 0600, created new), syncs
+/// it, puts it in place with `place` (a rename over `path`, or a hard link
+/// that never replaces one), removes the temporary when it is still
+/// there, and syncs the directory. On failure `path` is as it was.
+pub(crate) fn put_in_place(
+    path: &Path,
+    bytes: &[u8],
+    place: impl FnOnce(&Path) -> io::Result<()>,
+) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let r = crate::fsutil::random_id();
     let mut name = path.file_name().unwrap_or_default().to_owned();
@@ -321,11 +333,11 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
         f.write_all(bytes)?;
         f.sync_all()?;
         drop(f);
-        std::fs::rename(&tmp, path)?;
-        sync_parent(path)
+        place(&tmp)
     })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    // After a rename the name is gone; after a link (or a failure) the
+    // temporary goes.
+    let _ = std::fs::remove_file(&tmp);
+    result?;
+    sync_parent(path)
 }

@@ -6,7 +6,7 @@ use super::packed::{Row, pack_chunks, write_rows};
 use super::zstd::{WriteStats, turn_batches, write_zstd_session_with};
 use crate::adapters::root::{
     NAME_MAX, PATH_MAX, PLAIN_FILE_NAME, ZSTD_FILE_NAME, create_dirs_durably, export_path,
-    id_escape, sync_parent,
+    id_escape, put_in_place,
 };
 use crate::header::SessionHeader;
 use crate::store::{self, Store};
@@ -354,29 +354,5 @@ pub fn export_session_to_root(
 /// fails with `AlreadyExists` rather than replace a file), the temporary
 /// removed and the directory synced. On failure `path` is as it was.
 fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let r = crate::fsutil::random_id();
-    let mut name = path.file_name().unwrap_or_default().to_owned();
-    name.push(format!(
-        ".tmp-{}",
-        r[..8]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    ));
-    let tmp = path.with_file_name(name);
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::hard_link(&tmp, path)
-    })();
-    let _ = std::fs::remove_file(&tmp);
-    result?;
-    sync_parent(path)
+    put_in_place(path, bytes, |tmp| std::fs::hard_link(tmp, path))
 }
