@@ -606,6 +606,22 @@ fn tempdir() -> tempfile::TempDir {
     fast_tempdir()
 }
 
+/// The workload on a fresh directory through a file system that crashes
+/// (or, revived, is killed) at operation `k`: the directory, the file
+/// system and the model of what the workload acknowledged. `None` once the
+/// workload finishes before operation `k`: every point is enumerated.
+fn workload_crashed_at(
+    k: u64,
+    opts: Options,
+) -> Option<(tempfile::TempDir, CrashFs, SessionsModel)> {
+    let live = tempdir();
+    let fs = CrashFs::new(live.path(), k);
+    let arc: Arc<dyn Vfs> = Arc::new(fs.clone());
+    let mut model = SessionsModel::default();
+    let done = workload_with(&live.path().join("store"), &arc, &mut model, false, opts).is_ok();
+    (!(done && fs.ops() < k)).then_some((live, fs, model))
+}
+
 fn copy_tree(from: &Path, to: &Path) {
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
@@ -746,15 +762,9 @@ fn a_writer_after_a_killed_one_makes_what_it_inherits_durable() {
         let (mut points, mut images) = (0u64, 0u64);
         let mut k = 1;
         loop {
-            let live = tempdir();
-            let fs = CrashFs::new(live.path(), k);
-            let arc: Arc<dyn Vfs> = Arc::new(fs.clone());
-            let mut model = SessionsModel::default();
-            let done =
-                workload_with(&live.path().join("store"), &arc, &mut model, false, opts()).is_ok();
-            if done && fs.ops() < k {
+            let Some((live, fs, model)) = workload_crashed_at(k, opts()) else {
                 break;
-            }
+            };
             points += 1;
             let next = fs.revived();
             let reopened = (|| -> sessionlog::store::Result<()> {
@@ -795,15 +805,9 @@ fn crash_at_every_operation_of(opts: fn() -> Options, label: &str) {
     let (mut points2, mut images2) = (0u64, 0u64);
     let mut k = 1;
     loop {
-        let live = tempdir();
-        let fs = CrashFs::new(live.path(), k);
-        let arc: Arc<dyn Vfs> = Arc::new(fs.clone());
-        let mut model = SessionsModel::default();
-        let done =
-            workload_with(&live.path().join("store"), &arc, &mut model, false, opts()).is_ok();
-        if done && fs.ops() < k {
+        let Some((_live, fs, model)) = workload_crashed_at(k, opts()) else {
             break;
-        }
+        };
         points += 1;
         let taken = std::mem::take(&mut *fs.images.lock().unwrap());
         for (i, (name, dir)) in taken.iter().enumerate() {
@@ -906,15 +910,9 @@ fn next_writer_acknowledges_only_on_what_is_durable(opts: fn() -> Options, label
     let (mut points, mut images) = (0u64, 0u64);
     let mut k = 1;
     loop {
-        let live = tempdir();
-        let fs = CrashFs::new(live.path(), k);
-        let arc: Arc<dyn Vfs> = Arc::new(fs.clone());
-        let mut model = SessionsModel::default();
-        let done =
-            workload_with(&live.path().join("store"), &arc, &mut model, false, opts()).is_ok();
-        if done && fs.ops() < k {
+        let Some((live, fs, _model)) = workload_crashed_at(k, opts()) else {
             break;
-        }
+        };
         points += 1;
         let next = fs.revived();
         let store = Store::open_with_vfs(live.path().join("store"), opts(), Arc::new(next.clone()))
@@ -984,15 +982,9 @@ fn next_writer_seals_compresses_and_forks(opts: fn() -> Options, label: &str) {
     let (mut points, mut images) = (0u64, 0u64);
     let mut k = 1;
     loop {
-        let live = tempdir();
-        let fs = CrashFs::new(live.path(), k);
-        let arc: Arc<dyn Vfs> = Arc::new(fs.clone());
-        let mut model = SessionsModel::default();
-        let done =
-            workload_with(&live.path().join("store"), &arc, &mut model, false, opts()).is_ok();
-        if done && fs.ops() < k {
+        let Some((live, fs, _model)) = workload_crashed_at(k, opts()) else {
             break;
-        }
+        };
         points += 1;
         let next = fs.revived();
         let store = Store::open_with_vfs(
@@ -1103,21 +1095,9 @@ fn no_image_outlives_the_manifest_upgrade(background: bool) {
     let (mut points, mut images) = (0u64, 0u64);
     let mut k = 1;
     loop {
-        let live = tempdir();
-        let fs = CrashFs::new(live.path(), k);
-        let arc: Arc<dyn Vfs> = Arc::new(fs.clone());
-        let mut model = SessionsModel::default();
-        let done = workload_with(
-            &live.path().join("store"),
-            &arc,
-            &mut model,
-            false,
-            compress_options(),
-        )
-        .is_ok();
-        if done && fs.ops() < k {
+        let Some((live, fs, _model)) = workload_crashed_at(k, compress_options()) else {
             break;
-        }
+        };
         k += 1;
         points += 1;
         let next = fs.revived();
