@@ -303,6 +303,9 @@ fn field(data: &RawValue, key: &str) -> Option<String> {
 /// The tool-call ids an assistant message requests, in content order, from
 /// `data.message.content` (nested) or `data.content` (flat).
 pub fn requested_call_ids(data: &RawValue) -> Vec<String> {
+    if !may_request_calls(data.get().as_bytes()) {
+        return Vec::new();
+    }
     // `Valid` walks the already-validated text once; `json::object` at each
     // level would re-scan the whole message for every level it descends.
     let data = Valid::of(data);
@@ -318,6 +321,18 @@ pub fn requested_call_ids(data: &RawValue) -> Vec<String> {
         .filter(|b| b.get("type").and_then(Valid::as_str).as_deref() == Some("tool-call"))
         .filter_map(|b| b.get("id")?.as_str().map(Cow::into_owned))
         .collect()
+}
+
+/// Whether a message's JSON text can hold a block of type `"tool-call"`.
+///
+/// Most assistant messages request no tool, and walking one to learn that
+/// was half of the repair tracker's time on the append path. A JSON string
+/// decodes to `tool-call` only if the text holds it literally or spells a
+/// character of it as a `\uXXXX` escape (no short escape such as `\n`
+/// stands for a letter or `-`), so a text with neither needs no walk.
+fn may_request_calls(text: &[u8]) -> bool {
+    memchr::memmem::find(text, b"\"tool-call\"").is_some()
+        || memchr::memmem::find(text, b"\\u").is_some()
 }
 
 /// The call id a tool/result answers: `data.message.source.callId` (nested)
@@ -411,5 +426,35 @@ mod tests {
             t.observe(&c);
         }
         assert!(t.closers().is_empty());
+    }
+
+    /// The prefilter that skips messages without tool calls must not skip a
+    /// type spelled with escapes, nor one split across levels.
+    #[test]
+    fn call_ids_are_found_however_the_type_is_spelled() {
+        let ids = |data: &str| {
+            let raw: Box<RawValue> = serde_json::from_str(data).unwrap();
+            requested_call_ids(&raw)
+        };
+        assert_eq!(
+            ids(r#"{"content":[{"type":"text","text":"no tools here"}]}"#),
+            Vec::<String>::new()
+        );
+        assert_eq!(ids(r#"{"content":[{"type":"tool-call","id":"a"}]}"#), ["a"]);
+        assert_eq!(
+            ids(r#"{"message":{"content":[{"type":"t\u006fol-call","id":"b"}]}}"#),
+            ["b"]
+        );
+        assert_eq!(
+            ids(
+                r#"{"content":[{"type":"tool\u002dcall","id":"c"},{"type":"tool-call","id":"d"}]}"#
+            ),
+            ["c", "d"]
+        );
+        // Text that mentions a tool call is not one.
+        assert_eq!(
+            ids(r#"{"content":[{"type":"text","text":"\"tool-call\""}]}"#),
+            Vec::<String>::new()
+        );
     }
 }
