@@ -1,5 +1,7 @@
 //! Several processes on one store: two writer processes (each writing its
-//! own sessions; one of them storing sealed segments compressed) killed
+//! own sessions, after taking over the session of the writer killed in its
+//! slot a round before; one of them storing sealed segments compressed,
+//! half of them acknowledging through the store-wide journal) killed
 //! with SIGKILL at pseudo-random moments, again and again, while a third
 //! process reads every session the whole time; two
 //! `import`s racing to create a store; one process touching 10,000 sessions
@@ -56,6 +58,17 @@ impl Rng {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
+}
+
+/// Rounds of the two-writer campaign: 30, or `SESSIONLOG_MP_ROUNDS` for a
+/// longer run by hand (children inherit it).
+fn campaign_rounds() -> usize {
+    std::env::var("SESSIONLOG_MP_ROUNDS").map_or(30, |v| v.parse().expect("SESSIONLOG_MP_ROUNDS"))
+}
+
+/// How long a child lives before it exits on its own: past the campaign.
+fn child_lifetime() -> Duration {
+    Duration::from_secs(60 + campaign_rounds() as u64)
 }
 
 fn session_id(k: usize) -> String {
@@ -122,15 +135,31 @@ fn writer(dir: &Path) {
     let (header, events, bounds) = plan(k);
     // Every other writer stores its sealed segments compressed: its
     // background thread is killed mid-image too, and the reader meets raw
-    // files replaced by images under it.
+    // files replaced by images under it. Half of the writers acknowledge
+    // through the store-wide journal (segments synced behind it), so a
+    // killed one leaves journal files whose copies the next writable open
+    // writes back, while the other writer and the reader run.
     let opts = Options {
         compress_sealed: k % 2 == 1,
+        journal: k % 4 >= 2,
         ..options()
     };
     let store = Store::open(dir, opts).expect("writer: open");
+    // First take over the session the writer of this slot two writers ago
+    // was killed in: its load recovers the torn tail (and, for a journaled
+    // writer, whatever the journal holds) and closes an open turn.
+    if k >= 2 {
+        match store.repair(&session_id(k - 2)) {
+            // Killed before it created its session.
+            Ok(_) | Err(Error::NotFound(_)) => {}
+            Err(e) => panic!("writer: take over {}: {e}", session_id(k - 2)),
+        }
+    }
     store.create(header).expect("writer: create");
     let id = session_id(k);
     let mut out = std::io::stdout();
+    writeln!(out, "CREATED {id}").unwrap();
+    out.flush().unwrap();
     for w in bounds.windows(2) {
         store
             .append(&id, &events[w[0]..w[1]])
@@ -140,7 +169,7 @@ fn writer(dir: &Path) {
     }
     writeln!(out, "DONE {id}").unwrap();
     out.flush().unwrap();
-    while started.elapsed() < Duration::from_secs(60) {
+    while started.elapsed() < child_lifetime() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -162,7 +191,7 @@ fn reader(dir: &Path) {
     let mut plans: BTreeMap<String, (Vec<OwnedEvent>, Vec<usize>)> = BTreeMap::new();
     let mut checked = 0u64;
     let mut out = std::io::stdout();
-    while started.elapsed() < Duration::from_secs(60) {
+    while started.elapsed() < child_lifetime() {
         let Ok(listed) = store.list() else { continue };
         for h in listed {
             let k: usize = h.id[2..].parse().expect("w-NNN");
@@ -240,11 +269,35 @@ fn two_writer_processes_killed_and_a_reader_process_lose_nothing() {
     let mut acked: BTreeMap<usize, Option<u64>> = BTreeMap::new();
     let mut rounds = 0;
     let mut k = 0;
-    while rounds < 30 && started.elapsed() < Duration::from_secs(25) {
+    // `SESSIONLOG_MP_ROUNDS` runs a longer campaign by hand (the budget
+    // grows with it).
+    let max_rounds: usize =
+        std::env::var("SESSIONLOG_MP_ROUNDS").map_or(30, |v| v.parse().unwrap());
+    let budget = Duration::from_secs(25 * max_rounds as u64 / 30);
+    while rounds < max_rounds && started.elapsed() < budget {
         let mut pair: Vec<(usize, Child)> = (0..2)
             .map(|i| (k + i, spawn("writer", &dir, k + i)))
             .collect();
         let outs: Vec<_> = pair.iter_mut().map(|(_, c)| lines(c)).collect();
+        let mut said: Vec<Vec<String>> = vec![Vec::new(); outs.len()];
+        // Three rounds in four, the kill waits until both writers have
+        // taken over and created their sessions (a take-over can outlast
+        // the delay on a loaded machine, and then nothing new is written);
+        // every fourth kills at random, often inside the take-over itself.
+        if rounds % 4 != 3 {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            for (j, (rx, _)) in outs.iter().enumerate() {
+                while !said[j].iter().any(|l| l.contains("CREATED ")) {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match rx.recv_timeout(left) {
+                        Ok(line) => said[j].push(line),
+                        Err(_) => {
+                            panic!("writer {} did not create its session: {:?}", k + j, said[j])
+                        }
+                    }
+                }
+            }
+        }
         std::thread::sleep(Duration::from_millis(30 + rng.next() % 250));
         for (j, (kk, c)) in pair.iter_mut().enumerate() {
             let _ = c.kill();
@@ -253,7 +306,10 @@ fn two_writer_processes_killed_and_a_reader_process_lose_nothing() {
             let _ = t;
             let mut last = None;
             let mut done = false;
-            for line in rx.try_iter() {
+            for line in std::mem::take(&mut said[j])
+                .into_iter()
+                .chain(rx.try_iter())
+            {
                 let mut p = line.split_whitespace();
                 match (p.next(), p.next(), p.next()) {
                     (Some("ACK"), Some(_), Some(seq)) => last = Some(seq.parse::<u64>().unwrap()),
@@ -296,6 +352,11 @@ fn two_writer_processes_killed_and_a_reader_process_lose_nothing() {
         .find_map(|l| l.strip_prefix("CHECKED ").and_then(|n| n.parse().ok()))
         .unwrap_or(0);
     assert!(checked > 20, "the reader checked {checked} logs");
+
+    // The journaled writers were killed with their journals in use: the
+    // last of them left its files for the open below to write back.
+    let journals = std::fs::read_dir(dir.join("journal")).map_or(0, |d| d.count());
+    assert!(journals > 0, "no journal files left by the killed writers");
 
     // Every session recovers as a whole-batch prefix holding every ack.
     let store = Store::open(&dir, options()).unwrap();

@@ -279,6 +279,17 @@ impl Store {
             .map(Arc::new);
         let registry = Registry::open(vfs.clone(), dir, !read_only)
             .map_err(|(path, source)| Error::Io { path, source })?;
+        // Held from here until the open's maintenance is done: it locks
+        // sessions this handle does not write (crashed builds below,
+        // orphaned journals and archive leases after), and a writer that
+        // meets one of those locks waits instead of failing (section 9).
+        let maintenance = match (read_only, &locks) {
+            (false, Some(locks)) => Some(locks.maintenance().map_err(|source| Error::Io {
+                path: locks.path().to_owned(),
+                source,
+            })?),
+            _ => None,
+        };
         if let (false, Some(locks)) = (read_only, &locks) {
             // Builds and removals a crash interrupted: never published (so
             // never acknowledged), or already durably deleted. Each is named
@@ -333,6 +344,7 @@ impl Store {
             store.adopt_orphaned_journals();
         }
         super::hooks::after_open(&store, archive)?; // issue 17
+        drop(maintenance);
         if let (Durability::Batched { window }, false) = (store.inner.options.durability, read_only)
         {
             let handle = spawn_group_commit(store.inner.sessions.clone(), window);

@@ -135,6 +135,12 @@ impl Store {
         let Some(locks) = self.inner.locks.clone() else {
             return Ok(Vec::new());
         };
+        // It locks sessions it does not write: writers that meet those
+        // locks wait (format-spec section 9).
+        let _maintenance = locks.maintenance().map_err(|source| Error::Io {
+            path: locks.path().to_owned(),
+            source,
+        })?;
         let mut done = Vec::new();
         for (number, path) in self.journal_files()? {
             // Exclusive: no replayer reads it while it is moved.

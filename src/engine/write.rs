@@ -12,6 +12,11 @@ use crate::codec;
 use crate::event::{Event, OwnedEvent};
 use crate::segment::{self, SegmentIdent, SegmentWriter};
 use crate::vfs::SegmentBytes;
+use std::time::{Duration, Instant};
+
+/// How long a writer refused a session waits for another handle's
+/// maintenance (format-spec section 9) before it reports `Locked`.
+const MAINTENANCE_WAIT: Duration = Duration::from_secs(10);
 
 /// A session identity for segment salting: distinct per creation, so a
 /// deleted and re-created session's stale segments cannot validate.
@@ -75,16 +80,35 @@ impl Store {
         }
         let id = &s.header.id;
         let locks = self.inner.locks.as_ref().ok_or(Error::ReadOnly)?;
-        let lock = locks
-            .try_lock(id)
-            .map_err(|source| Error::Io {
-                path: locks.path().to_owned(),
-                source,
-            })?
-            .ok_or_else(|| Error::Locked {
-                session: id.clone(),
-                path: locks.path().to_owned(),
-            })?;
+        let io = |source| Error::Io {
+            path: locks.path().to_owned(),
+            source,
+        };
+        // A handle maintaining sessions (a writable open writing back an
+        // orphaned journal, a salvage) holds their locks for a moment
+        // without being their writer: wait that out, up to a bound. Seen
+        // refused with no maintenance running, after one more try (the
+        // maintenance may have ended between the two looks), the session
+        // has a writer.
+        let deadline = Instant::now() + MAINTENANCE_WAIT;
+        let mut pause = Duration::from_millis(1);
+        let lock = loop {
+            if let Some(lock) = locks.try_lock(id).map_err(io)? {
+                break lock;
+            }
+            let waiting = locks.maintenance_running().map_err(io)? && Instant::now() < deadline;
+            if !waiting {
+                if let Some(lock) = locks.try_lock(id).map_err(io)? {
+                    break lock;
+                }
+                return Err(Error::Locked {
+                    session: id.clone(),
+                    path: locks.path().to_owned(),
+                });
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        };
         self.archive_lease(id)?; // issue 17: fenced across hosts
         s.lock = Some(lock);
         Ok(())
