@@ -45,7 +45,17 @@ pub fn from_json(text: &str) -> Result<SessionHeader, String> {
         f.get(key)
             .map(|v| {
                 json::string(v).map(|s| s.into_owned()).ok_or_else(|| {
-                    format!("session header {key:?} must be a string, got {}", v.get())
+                    if v.get().starts_with('"') {
+                        // Valid JSON (the object parsed) that does not decode
+                        // to UTF-8: an escaped lone surrogate, as
+                        // JSON.stringify writes one.
+                        format!(
+                            "session header {key:?} holds a lone UTF-16 surrogate, which the store cannot hold (its strings are UTF-8): {}",
+                            v.get()
+                        )
+                    } else {
+                        format!("session header {key:?} must be a string, got {}", v.get())
+                    }
                 })
             })
             .transpose()
@@ -105,4 +115,22 @@ pub fn write_json(h: &SessionHeader, out: &mut Vec<u8>) {
     let _ = write!(out, ",\"delegationDepth\":{}", h.delegation_depth);
     opt(out, "agentPreset", &h.agent_preset);
     out.push(b'}');
+}
+
+/// `units` as a JSON string literal, with every lone surrogate written as
+/// its `\uXXXX` escape (as `JSON.stringify` does), for error messages.
+pub fn escape_utf16(units: &[u16]) -> String {
+    let mut out = String::from("\"");
+    for c in char::decode_utf16(units.iter().copied()) {
+        match c {
+            Ok(c) => {
+                let mut one = Vec::new();
+                json::write_str(&mut one, c.encode_utf8(&mut [0; 4]));
+                out.push_str(&String::from_utf8_lossy(&one[1..one.len() - 1]));
+            }
+            Err(e) => out.push_str(&format!("\\u{:04x}", e.unpaired_surrogate())),
+        }
+    }
+    out.push('"');
+    out
 }

@@ -19,7 +19,7 @@ mod backend;
 mod header;
 
 use backend::{Failure, Shared, StoreOptions};
-use napi::bindgen_prelude::{AsyncTask, ToNapiValue, TypeName};
+use napi::bindgen_prelude::{AsyncTask, ToNapiValue, TypeName, Utf16String};
 use napi::{Env, Task};
 use napi_derive::napi;
 use std::path::PathBuf;
@@ -31,6 +31,20 @@ impl From<Failure> for napi::Error {
         // own `code` property carries only its generic status.
         napi::Error::from_reason(format!("{}: {}", f.code, f.message))
     }
+}
+
+/// A session id as JavaScript passed it. napi's `String` conversion writes
+/// a lone UTF-16 surrogate as U+FFFD, so `'a\ud800'` and `'a\udfff'` would
+/// both read the session `'a\ufffd'`: ids come in as UTF-16 and one the
+/// store cannot hold (its ids are UTF-8) is refused, naming it.
+fn session_id(id: &Utf16String) -> backend::Result<String> {
+    String::from_utf16(id).map_err(|_| Failure {
+        code: "SESSIONLOG_BAD_ID",
+        message: format!(
+            "session id {} holds a lone UTF-16 surrogate, which the store cannot hold (its ids are UTF-8)",
+            header::escape_utf16(id)
+        ),
+    })
 }
 
 /// A unit of blocking work run on the worker pool; its value resolves the
@@ -201,7 +215,8 @@ enum ReaderState {
 #[napi]
 pub struct StoredReader {
     log: SessionLogRef,
-    id: String,
+    /// The id, or why it was refused (reported by `open`).
+    id: std::result::Result<String, String>,
     from: Option<u64>,
     state: Arc<Mutex<ReaderState>>,
 }
@@ -228,6 +243,10 @@ impl StoredReader {
         let (id, from, state) = (self.id.clone(), self.from, self.state.clone());
         Work::new(move || {
             let mut state = state.lock().expect("reader lock");
+            let id = id.map_err(|message| Failure {
+                code: "SESSIONLOG_BAD_ID",
+                message,
+            })?;
             if !matches!(*state, ReaderState::Unopened) {
                 return Err(Failure {
                     code: "SESSIONLOG_BAD_INPUT",
@@ -281,24 +300,31 @@ impl SessionLog {
     /// JSON `{"meta","events","revision","tornMarker"?}`, or null when the
     /// session is not stored.
     #[napi(ts_return_type = "Promise<string | null>")]
-    pub fn load_stored(&self, id: String) -> AsyncTask<Work<Option<String>>> {
-        self.run(move |s| s.load_stored(&id))
+    pub fn load_stored(&self, id: Utf16String) -> AsyncTask<Work<Option<String>>> {
+        let id = session_id(&id);
+        self.run(move |s| s.load_stored(&id?))
     }
 
     /// The revision `loadStored` would report, or null.
     #[napi(ts_return_type = "Promise<string | null>")]
-    pub fn read_stored_revision(&self, id: String) -> AsyncTask<Work<Option<String>>> {
-        self.run(move |s| s.read_stored_revision(&id))
+    pub fn read_stored_revision(&self, id: Utf16String) -> AsyncTask<Work<Option<String>>> {
+        let id = session_id(&id);
+        self.run(move |s| s.read_stored_revision(&id?))
     }
 
     /// JSON `{"meta","events"}` with the events whose seq is at least
     /// `from_seq`, or null.
     #[napi(ts_return_type = "Promise<string | null>")]
-    pub fn load_stored_from(&self, id: String, from_seq: f64) -> AsyncTask<Work<Option<String>>> {
+    pub fn load_stored_from(
+        &self,
+        id: Utf16String,
+        from_seq: f64,
+    ) -> AsyncTask<Work<Option<String>>> {
+        let id = session_id(&id);
         self.run(move |s| {
             // The coordinator validates fromSeq as a non-negative safe
             // integer before calling; anything else reads from 0 or the end.
-            s.load_stored_from(&id, from_seq.max(0.0) as u64)
+            s.load_stored_from(&id?, from_seq.max(0.0) as u64)
         })
     }
 
@@ -343,14 +369,14 @@ impl SessionLog {
     /// undefined; those from `from_seq` on, as `loadStoredFrom`, otherwise.
     /// Touches nothing until its `open`.
     #[napi]
-    pub fn stored_reader(&self, id: String, from_seq: Option<f64>) -> StoredReader {
+    pub fn stored_reader(&self, id: Utf16String, from_seq: Option<f64>) -> StoredReader {
         StoredReader {
             log: SessionLogRef {
                 root: self.root.clone(),
                 options: self.options,
                 state: self.state.clone(),
             },
-            id,
+            id: session_id(&id).map_err(|f| f.message),
             from: from_seq.map(|f| f.max(0.0) as u64),
             state: Arc::new(Mutex::new(ReaderState::Unopened)),
         }

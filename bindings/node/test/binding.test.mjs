@@ -401,3 +401,28 @@ test('a handle collected without close releases the store for other processes', 
   assert.equal(child.status, 0, child.stdout + child.stderr)
   assert.deepEqual(JSON.parse(child.stdout).map(h => h.id), ['g'])
 })
+
+test('a session id with a lone UTF-16 surrogate is refused, never read as another session', async (t) => {
+  const root = tempRoot(t)
+  const store = addon.openSessionLog(root)
+  // napi's String conversion writes a lone surrogate as U+FFFD: 'a\ud800'
+  // and 'a\udfff' would both name the stored session 'a\ufffd'.
+  await store.appendBatch(JSON.stringify(meta('a\ufffd')), JSON.stringify([{ type: 'turn/start', seq: 0, time: 1, data: {} }]), false)
+  for (const id of ['a\ud800', 'a\udfff', '\udc00']) {
+    const named = /SESSIONLOG_BAD_ID: session id ".*\\u[dD][89a-fA-F][0-9a-fA-F]{2}.*" holds a lone UTF-16 surrogate/
+    await assert.rejects(store.loadStored(id), named, `loadStored(${JSON.stringify(id)})`)
+    await assert.rejects(store.readStoredRevision(id), named)
+    await assert.rejects(store.loadStoredFrom(id, 0), named)
+    await assert.rejects(store.storedReader(id, null).open(), named)
+    await assert.rejects(store.storedReader(id, 0).open(), named)
+    await assert.rejects(
+      store.appendBatch(JSON.stringify(meta(id)), JSON.stringify([{ type: 'turn/start', seq: 0, time: 1, data: {} }]), false),
+      /SESSIONLOG_BAD_INPUT: session header "id" holds a lone UTF-16 surrogate/,
+    )
+    assert.equal(store.locate(JSON.stringify(meta(id))), null)
+  }
+  // The session with the replacement character itself is intact and alone.
+  assert.equal(JSON.parse(await store.loadStored('a\ufffd')).meta.id, 'a\ufffd')
+  assert.deepEqual(JSON.parse(await store.list()).map(h => h.id), ['a\ufffd'])
+  await store.close()
+})
