@@ -350,10 +350,13 @@ fn into_string(out: Vec<u8>) -> String {
 
 impl Shared {
     /// The revision of session `id`: the store's id, the session's
-    /// incarnation (new when it is replaced or re-created) and its length.
-    /// Every append and every repair with closers adds events; a repair
-    /// that only cuts a torn tail leaves the readable log, and so the
-    /// revision, as it was.
+    /// incarnation (new when it is replaced or re-created), its length and,
+    /// while `loadStored` reports one, the torn marker. Every append and
+    /// every repair with closers adds events; a repair that only retires a
+    /// torn tail drops the marker. Either changes the revision, as the
+    /// harness requires of every append and repair (its coordinator keeps
+    /// a prepared session, torn marker included, while the revision it was
+    /// read at is current).
     fn revision(&self, id: &str) -> Result<String> {
         self.revision_at(id, self.store.next_seq(id)?)
     }
@@ -361,10 +364,11 @@ impl Shared {
     /// The revision of session `id` when it held `next_seq` events.
     fn revision_at(&self, id: &str, next_seq: u64) -> Result<String> {
         let incarnation = self.store.incarnation(id)?;
-        Ok(format!(
-            "sessionlog:{}:{incarnation}:{next_seq}",
-            self.store_id
-        ))
+        let mut revision = format!("sessionlog:{}:{incarnation}:{next_seq}", self.store_id);
+        if let Some(marker) = self.torn_marker(id) {
+            let _ = std::fmt::Write::write_fmt(&mut revision, format_args!(":torn{marker}"));
+        }
+        Ok(revision)
     }
 
     /// The stored session's header, `None` when it does not exist (one

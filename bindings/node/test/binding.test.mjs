@@ -426,3 +426,32 @@ test('a session id with a lone UTF-16 surrogate is refused, never read as anothe
   assert.deepEqual(JSON.parse(await store.list()).map(h => h.id), ['a\ufffd'])
   await store.close()
 })
+
+test('a repair that only retires a torn tail changes the revision', async (t) => {
+  // The contract: a revision changes after every append or repair. The
+  // coordinator keeps prepared sessions by revision: one prepared with the
+  // torn marker must not pass as current once the marker was retired.
+  const root = tempRoot(t)
+  const store = addon.openSessionLog(root)
+  await store.appendBatch(JSON.stringify(meta('t')), JSON.stringify([{ type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } }]), false)
+  await store.close()
+  await addon.corruptTailForTest(root, 't', '/w')
+  const reopened = addon.openSessionLog(root)
+  const torn = JSON.parse(await reopened.loadStored('t'))
+  assert.equal(typeof torn.tornMarker, 'number')
+  assert.equal(await reopened.readStoredRevision('t'), torn.revision, 'stable while unchanged')
+  assert.equal(JSON.parse(await reopened.loadStored('t')).revision, torn.revision)
+  assert.equal(JSON.parse(await reopened.listSnapshots())[0].revision, torn.revision)
+  await reopened.commitRepair(JSON.stringify(meta('t')), torn.tornMarker, '[]')
+  const repaired = await reopened.readStoredRevision('t')
+  assert.notEqual(repaired, torn.revision, 'the repair changed the revision')
+  const after = JSON.parse(await reopened.loadStored('t'))
+  assert.equal(after.tornMarker, undefined)
+  assert.equal(after.revision, repaired)
+  assert.equal(JSON.parse(await reopened.listSnapshots())[0].revision, repaired)
+  await reopened.close()
+  const again = addon.openSessionLog(root)
+  assert.equal(await again.readStoredRevision('t'), repaired, 'stable across reopen')
+  assert.equal(JSON.parse(await again.loadStored('t')).revision, repaired)
+  await again.close()
+})
