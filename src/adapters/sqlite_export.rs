@@ -76,6 +76,15 @@ fn insert_all(
             session: id.clone(),
             source: Box::new(source),
         })?;
+        // What the Node binding stored whole, as the harness's events.
+        let events = crate::adapters::harness::harness_events(events).map_err(|violation| {
+            SqliteError::Invalid {
+                path: path.to_owned(),
+                session: id.clone(),
+                seq: violation.seq().and_then(|s| i64::try_from(s).ok()),
+                violation,
+            }
+        })?;
         if version == sqlite17::SCHEMA_VERSION {
             sqlite17::insert_session(conn, path, &header, &events)?;
         } else {

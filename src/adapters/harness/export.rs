@@ -8,14 +8,54 @@ use crate::adapters::root::{
     NAME_MAX, PATH_MAX, PLAIN_FILE_NAME, ZSTD_FILE_NAME, create_dirs_durably, export_path,
     id_escape, put_in_place,
 };
+use crate::event::{Event, OwnedEvent};
 use crate::header::SessionHeader;
 use crate::store::{self, Store};
+use crate::violation::{Location, Rule, Violation};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 /// The `type`s of packed rows: a line with one of them is a packed row to
 /// every reader of harness JSONL.
 const PACKED_ROW_TYPES: [&str; 3] = ["text-chunks", "reasoning-chunks", "tool-call-chunks"];
+
+/// The store event type under which the Node binding (`bindings/node`,
+/// `backend.rs`) keeps each harness event whole: an ignorable event whose
+/// `data` is the harness event's JSON text, verbatim.
+pub const VERBATIM_KIND: &str = "harness/event";
+
+/// `events` as the harness wrote them: every event the Node binding stored
+/// whole ([`VERBATIM_KIND`]) is replaced by the harness event its `data`
+/// holds, so an export writes the harness's own events. Written as they
+/// are, those wrappers would read back as ignorable events of a type the
+/// harness does not know, which it skips: a session with no turns and no
+/// messages. A wrapped event that is not a harness event of the wrapper's
+/// seq is a [`Violation`] at that seq (nothing is exported).
+pub fn harness_events(events: Vec<OwnedEvent>) -> Result<Vec<OwnedEvent>, Violation> {
+    if !events.iter().any(|e| e.kind == VERBATIM_KIND) {
+        return Ok(events);
+    }
+    events
+        .into_iter()
+        .map(|e| {
+            if e.kind != VERBATIM_KIND || !e.ignorable {
+                return Ok(e);
+            }
+            let why = |reason: String| {
+                Violation::new(
+                    Location::Seq(e.seq),
+                    Rule::Envelope,
+                    format!("the harness event the Node binding stored is not one: {reason}"),
+                )
+            };
+            let inner = Event::from_json(e.data.get()).map_err(|v| why(v.to_string()))?;
+            if inner.seq != e.seq {
+                return Err(why(format!("its seq is {}", inner.seq)));
+            }
+            Ok(inner.into_owned())
+        })
+        .collect()
+}
 
 /// How [`export_session`] writes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -75,6 +115,15 @@ pub enum ExportError {
         /// Why.
         reason: String,
     },
+    /// An event the Node binding stored whole does not hold a harness event
+    /// of its seq ([`harness_events`]). Nothing was written.
+    #[error("session {session:?}: {violation}; nothing of the session was written")]
+    Event {
+        /// The session id.
+        session: String,
+        /// What is wrong, at which seq.
+        violation: Violation,
+    },
     /// The harness root already holds a log of this session (at its path,
     /// holding something else than the export, or under another project
     /// directory, or in the other encoding): writing would replace it, or
@@ -92,7 +141,9 @@ pub enum ExportError {
 
 /// Writes a stored session as a harness session file: plain JSONL, with
 /// chunk runs packed if asked, or a Zstandard log with one frame per turn
-/// (batches end after each `turn/end`, see [`turn_batches`]). A session
+/// (batches end after each `turn/end`, see [`turn_batches`]). Events the
+/// Node binding stored whole are written as the harness events they hold
+/// ([`harness_events`]). A session
 /// holding an event whose type is a packed row's tag is refused
 /// ([`ExportError::Unrepresentable`]) before anything is written: its line
 /// would read back as a malformed packed row.
@@ -103,6 +154,10 @@ pub fn export_session(
     opts: ExportOptions,
 ) -> Result<ExportReport, ExportError> {
     let (header, events) = store.load(id)?;
+    let events = harness_events(events).map_err(|violation| ExportError::Event {
+        session: header.id.clone(),
+        violation,
+    })?;
     if let Some(e) = events
         .iter()
         .find(|e| PACKED_ROW_TYPES.contains(&e.kind.as_ref()))

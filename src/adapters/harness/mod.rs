@@ -50,8 +50,8 @@ mod packed;
 mod zstd;
 
 pub use export::{
-    ExportError, ExportOptions, ExportReport, check_export_to_root, export_session,
-    export_session_to_root, other_encoding_in_root, root_export_path,
+    ExportError, ExportOptions, ExportReport, VERBATIM_KIND, check_export_to_root, export_session,
+    export_session_to_root, harness_events, other_encoding_in_root, root_export_path,
 };
 pub use import::{
     ImportError, ImportOptions, ImportReport, import_file, import_file_with_progress,
