@@ -25,7 +25,9 @@ export declare class StoredReader {
  * One handle on a sessionlog store: the harness's `PersistenceBackend` hooks
  * with JSON text at the boundary. Every hook but `locate` runs off the
  * JavaScript thread. Failures reject with an Error whose message starts with
- * a `SESSIONLOG_*` code (e.g. `SESSIONLOG_LOCKED: ...`).
+ * a `SESSIONLOG_*` code (e.g. `SESSIONLOG_LOCKED: ...`). A session id holding
+ * a lone UTF-16 surrogate, which the store's UTF-8 ids cannot hold, is
+ * refused with `SESSIONLOG_BAD_ID`.
  */
 export declare class SessionLog {
   /** `{"meta","events","revision","tornMarker"?}`, or null when absent. */
