@@ -14,6 +14,9 @@ mod hooked_fs;
 #[path = "common/archive_support.rs"]
 mod support;
 
+#[path = "archive/fence.rs"]
+mod fence;
+
 use common::turn_log;
 use sessionlog::event::OwnedEvent;
 use sessionlog::header::SessionHeader;

@@ -84,6 +84,26 @@ pub enum Error {
         /// What failed.
         reason: String,
     },
+    /// The archive holds, under the key of one of a session's files, an
+    /// object this host did not write and whose bytes differ from the
+    /// local file's: a host that had lost the session's lease wrote it
+    /// (format-spec section 10.5). Neither copy was changed, and the
+    /// session's uploads stop at that file until it is resolved.
+    #[error(
+        "archive object {key} (session {session:?}) diverges from the local file {}: {reason}; \
+         neither copy was changed",
+        file.display()
+    )]
+    ArchiveDiverged {
+        /// The session's directory name.
+        session: String,
+        /// The local file.
+        file: PathBuf,
+        /// The object key.
+        key: String,
+        /// How they differ.
+        reason: String,
+    },
     /// An archive call on a store opened without an archive.
     #[error("the store was opened without an archive (Options::archive)")]
     NoArchive,

@@ -14,6 +14,7 @@ use crate::lineage::LINEAGE_FILE;
 use crate::manifest::{MANIFEST_FILE, Manifest, STORE_FORMAT_OLDEST};
 use crate::segment;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 
 impl Archive {
     /// Before a store directory is opened: if it has no `MANIFEST` and the
@@ -177,6 +178,18 @@ impl Archive {
                     key: key.to_string(),
                     reason: "the object is not the segment its name says".into(),
                 })?;
+            // A local copy it replaces that holds records the object does
+            // not (written by a host that had lost the lease) is moved
+            // aside, never overwritten.
+            let path = into.join(name);
+            match self.vfs.read_file(&path) {
+                Ok(old) if !super::fence::covered_by(&old, &bytes) => {
+                    self.quarantine(into, name)?;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_at(&path)(e)),
+            }
         }
         self.put_in_place(into, name, &bytes)
             .map_err(io_at(&into.join(name)))?;
@@ -228,6 +241,7 @@ impl Archive {
             return Ok(Vec::new());
         };
         crate::engine::tmpfile::sweep(&*self.vfs, local, crate::engine::tmpfile::FETCH);
+        let quarantined = self.counters.quarantined.load(Ordering::Relaxed);
         let prefix = self.opts.session_key(dir);
         let metas = self
             .list_meta(&prefix)
@@ -263,6 +277,19 @@ impl Archive {
         if replace_stale && !remote_checkpoint {
             // Its own file, or the one its HEADER embeds.
             crate::engine::ckfile::remove(&*self.vfs, local).map_err(io_at(local))?;
+        }
+        // Sealed segments are the same everywhere only along one history:
+        // a local one the last holder's history does not have is moved
+        // aside (with what follows it) and the bucket's used. Checked when
+        // taking the session from another host, and when loading one
+        // another host holds (or last held): the only times they can differ.
+        let shared = listed.iter().any(|(k, _)| {
+            k.filename()
+                .and_then(segment::parse_segment_file_name)
+                .is_some_and(|first_seq| self.has_local_copy(local, first_seq))
+        });
+        if replace_stale || (shared && self.held_elsewhere(id, dir)?) {
+            self.quarantine_diverged(id, local, &listed)?;
         }
         // Segments before the one the checkpoint ends in are covered: their
         // bytes are needed only by reads of old events (or of node data
@@ -315,7 +342,25 @@ impl Archive {
                 self.fetch_into(id, dir, name, local)?;
             }
         }
+        if !replace_stale && self.counters.quarantined.load(Ordering::Relaxed) != quarantined {
+            // A local segment was moved aside: the local checkpoint may
+            // describe its records. The bucket's goes with its segments.
+            if !(remote_checkpoint && self.fetch_into(id, dir, CHECKPOINT_FILE, local)?) {
+                crate::engine::ckfile::remove(&*self.vfs, local).map_err(io_at(local))?;
+            }
+        }
         Ok(lazy)
+    }
+
+    /// Whether another host holds (or last held) session directory `dir`'s
+    /// lease, and this handle does not hold it.
+    fn held_elsewhere(&self, id: &str, dir: &str) -> Result<bool> {
+        if self.state().held.contains_key(dir) {
+            return Ok(false);
+        }
+        Ok(self
+            .current_lease(id, dir)?
+            .is_some_and(|r| r.host != self.host))
     }
 
     /// Whether the local checkpoint `path` of session directory `dir` is
@@ -395,8 +440,7 @@ impl Archive {
             }
         }
         let mut st = self.state();
-        st.uploaded.retain(|(d, _), _| d != dir);
-        st.checkpoints.remove(dir);
+        st.forget_objects(dir);
         st.fetched_checkpoints.remove(dir);
         Ok(())
     }

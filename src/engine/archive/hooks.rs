@@ -128,6 +128,9 @@ impl Store {
         }
         a.hydrate(&self.inner.registry, &dir)?;
         let taken = a.take_lease(id, &dir, force)?;
+        // Another holder may have written since this handle last looked:
+        // what it recorded of the session's objects is stale.
+        a.state().forget_objects(&dir);
         let from_elsewhere = taken.previous.as_ref().is_some_and(|p| p.host != a.host);
         let local = a.sessions_dir.join(&dir);
         if from_elsewhere && a.vfs.exists(&local) {

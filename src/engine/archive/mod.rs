@@ -9,12 +9,16 @@
 //! - [`fetch`]: the store's identity, sessions and segments brought from the
 //!   bucket into the store directory;
 //! - [`lease`]: ownership of a session across hosts;
+//! - [`fence`]: the conditional writes that keep a host which lost a
+//!   lease from replacing what the new holder wrote, and the quarantine of
+//!   local segments that diverged from the bucket's;
 //! - [`hooks`]: the few calls the engine makes into the archive.
 //!
 //! The store's API stays synchronous: the archive owns a one-worker tokio
 //! runtime and blocks on it, with a timeout and retries on every request.
 
 mod config;
+mod fence;
 mod fetch;
 pub(crate) mod hooks;
 mod lease;
@@ -47,6 +51,9 @@ pub(crate) struct Archive {
     pub(super) counters: Counters,
     /// The background uploader, stopped by `close` or drop.
     uploader: Mutex<Option<crate::engine::periodic::Periodic>>,
+    /// The backend answered a put with `If-Match` as not implemented (the
+    /// local file system backend): replacing is emulated (section 10.5).
+    no_if_match: std::sync::atomic::AtomicBool,
 }
 
 /// What the archive remembers between passes.
@@ -71,6 +78,26 @@ pub(super) struct State {
     pub(super) fetched_checkpoints: HashMap<String, (String, CheckpointStamp)>,
     /// Sessions hydrated or found missing in the bucket this run.
     pub(super) known_remote: HashSet<String>,
+    /// The objects of each held session as this handle last wrote or
+    /// listed them: (session dir, file name) to what was seen. A write
+    /// replaces only the version seen here (`If-Match`), and creates only
+    /// what is not here (`If-None-Match: *`).
+    pub(super) seen: HashMap<(String, String), fence::Seen>,
+    /// Held sessions whose objects this handle has listed into `seen`
+    /// since it took their lease (once per lease).
+    pub(super) seeded: HashSet<String>,
+}
+
+impl State {
+    /// Forgets what this handle knew of session directory `dir`'s
+    /// objects: a new lease (another holder may have written meanwhile),
+    /// or a deleted session.
+    pub(super) fn forget_objects(&mut self, dir: &str) {
+        self.uploaded.retain(|(d, _), _| d != dir);
+        self.seen.retain(|(d, _), _| d != dir);
+        self.seeded.remove(dir);
+        self.checkpoints.remove(dir);
+    }
 }
 
 /// What identifies one written checkpoint file (each is a new file renamed
@@ -86,6 +113,9 @@ pub(super) struct Counters {
     pub(super) objects_fetched: AtomicU64,
     pub(super) retries: AtomicU64,
     pub(super) evicted: AtomicU64,
+    pub(super) conflicts: AtomicU64,
+    pub(super) diverged: AtomicU64,
+    pub(super) quarantined: AtomicU64,
 }
 
 /// A request that will fail the same way if tried again.
@@ -141,6 +171,7 @@ impl Archive {
             state: Mutex::new(State::default()),
             counters: Counters::default(),
             uploader: Mutex::new(None),
+            no_if_match: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -276,6 +307,9 @@ impl Archive {
             objects_fetched: c.objects_fetched.load(Ordering::Relaxed),
             retries: c.retries.load(Ordering::Relaxed),
             evicted: c.evicted.load(Ordering::Relaxed),
+            conflicts: c.conflicts.load(Ordering::Relaxed),
+            diverged: c.diverged.load(Ordering::Relaxed),
+            quarantined: c.quarantined.load(Ordering::Relaxed),
         }
     }
 

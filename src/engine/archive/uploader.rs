@@ -22,7 +22,6 @@ use crate::engine::registry::HEADER_FILE;
 use crate::lineage::LINEAGE_FILE;
 use crate::segment;
 use crate::vfs::SegmentBytes;
-use object_store::PutPayload;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -58,10 +57,22 @@ pub struct ArchiveStats {
     pub retries: u64,
     /// Local segments evicted.
     pub evicted: u64,
+    /// Conditional writes the bucket refused: the object was not the
+    /// version this handle last saw (another host wrote it), or was there
+    /// already (format-spec section 10.5).
+    pub conflicts: u64,
+    /// Objects found diverged from the local file of the same name and
+    /// left alone ([`Error::ArchiveDiverged`]), counted each time a pass
+    /// meets one.
+    pub diverged: u64,
+    /// Local segments moved aside (`<name>.diverged-<n>`) because they
+    /// diverged from the bucket's copy when this host took the session
+    /// back, or when a stale copy was replaced.
+    pub quarantined: u64,
 }
 
 /// Why an upload of a session stopped.
-enum Stop {
+pub(super) enum Stop {
     /// Another host took the lease: the session is fenced.
     Lost(LeaseRecord),
     /// A request or a file failed.
@@ -74,33 +85,45 @@ impl From<Error> for Stop {
     }
 }
 
-/// Checks a session's lease once, before its first upload of a pass.
-struct Gate {
+/// Checks a session's lease once, before its first upload of a pass, and
+/// lists its objects once a lease (what later writes are conditional on).
+pub(super) struct Gate {
     epoch: u64,
     checked: bool,
 }
 
 impl Gate {
-    fn open(&mut self, archive: &Archive, dir: &str) -> std::result::Result<(), Stop> {
+    pub(super) fn open(&mut self, archive: &Archive, dir: &str) -> std::result::Result<(), Stop> {
         if !self.checked {
-            // The session id is only known from its HEADER; the directory
-            // name stands for it in errors.
-            archive
-                .check_lease(dir, dir, self.epoch)?
-                .map_err(Stop::Lost)?;
-            self.checked = true;
+            self.recheck(archive, dir)?;
+            archive.seed(dir)?;
         }
+        Ok(())
+    }
+
+    /// Checks the lease now (after a refused write: someone else wrote).
+    pub(super) fn recheck(
+        &mut self,
+        archive: &Archive,
+        dir: &str,
+    ) -> std::result::Result<(), Stop> {
+        // The session id is only known from its HEADER; the directory
+        // name stands for it in errors.
+        archive
+            .check_lease(dir, dir, self.epoch)?
+            .map_err(Stop::Lost)?;
+        self.checked = true;
         Ok(())
     }
 }
 
 /// One segment of a session directory as the uploader sees it.
-struct SegFile {
-    first_seq: u64,
+pub(super) struct SegFile {
+    pub(super) first_seq: u64,
     /// The local file: the raw segment, or its compressed image (a sealed
     /// segment stored compressed, format-spec section 3.5).
-    name: String,
-    image: bool,
+    pub(super) name: String,
+    pub(super) image: bool,
 }
 
 impl SegFile {
@@ -114,7 +137,7 @@ impl SegFile {
 /// The segments of one session directory, sorted by first seq; a raw file
 /// wins over an image of the same segment (both exist only between a
 /// compression's rename and its removal of the raw file).
-fn segment_files(archive: &Archive, local: &Path) -> Result<Vec<SegFile>> {
+pub(super) fn segment_files(archive: &Archive, local: &Path) -> Result<Vec<SegFile>> {
     let mut files: Vec<SegFile> = archive
         .vfs
         .read_dir(local)
@@ -188,6 +211,7 @@ impl Archive {
                 Err(Stop::Lost(rec)) => {
                     let mut st = self.state();
                     st.held.remove(&dir);
+                    st.seeded.remove(&dir);
                     st.fenced.insert(dir.clone(), (rec.host, rec.epoch));
                     report.fenced.push(dir);
                 }
@@ -203,38 +227,6 @@ impl Archive {
             }
         }
         first_error.map_or(Ok(report), Err)
-    }
-
-    /// Uploads `bytes` as `<dir>/<name>`, whole, and records it, once the
-    /// gate says this host still holds the session.
-    fn put_file(
-        &self,
-        gate: &mut Gate,
-        dir: &str,
-        name: &str,
-        bytes: SegmentBytes,
-        sealed: bool,
-    ) -> std::result::Result<(), Stop> {
-        gate.open(self, dir)?;
-        let key = self.opts.file_key(dir, name);
-        let len = bytes.len() as u64;
-        // One copy, shared by every try.
-        let body = bytes::Bytes::copy_from_slice(&bytes);
-        self.call(|s| {
-            let (key, body) = (key.clone(), body.clone());
-            async move { s.put(&key, PutPayload::from(body)).await }
-        })
-        .map_err(|e| Stop::Failed(archive_error(Some(dir), &key, "uploading", e)))?;
-        self.counters
-            .bytes_uploaded
-            .fetch_add(len, Ordering::Relaxed);
-        self.counters
-            .objects_uploaded
-            .fetch_add(1, Ordering::Relaxed);
-        self.state()
-            .uploaded
-            .insert((dir.to_owned(), name.to_owned()), (len, sealed));
-        Ok(())
     }
 
     /// Uploads what session directory `dir` has that the bucket lacks.
@@ -272,8 +264,14 @@ impl Archive {
                         reason: why,
                     })?;
             }
-            self.put_file(gate, dir, name, SegmentBytes::new(bytes), true)?;
-            n += 1;
+            n += u64::from(self.put_fenced(
+                gate,
+                dir,
+                name,
+                SegmentBytes::new(bytes),
+                true,
+                &path,
+            )?);
         }
         // The checkpoint is read first: every record it covers was synced
         // before it was written, so segment bytes read after it hold them.
@@ -287,8 +285,12 @@ impl Archive {
             .metadata(&ck_path)
             .ok()
             .map(|m| (m.len, m.modified, m.ino));
-        let uploaded_before =
-            stamp.is_some() && self.state().checkpoints.get(dir) == stamp.as_ref();
+        // Nor one fetched from the bucket (a take-over's): the bucket has it.
+        let uploaded_before = stamp.is_some() && {
+            let st = self.state();
+            st.checkpoints.get(dir) == stamp.as_ref()
+                || st.fetched_checkpoints.get(dir).map(|(_, s)| s) == stamp.as_ref()
+        };
         let checkpoint = if uploaded_before {
             None
         } else {
@@ -324,8 +326,15 @@ impl Archive {
                 let raw = segment::decode_image_any(&map).map_err(|e| {
                     crate::engine::error::segment_error(dir, &local.join(&file.name), e)
                 })?;
-                self.put_file(gate, dir, &name, SegmentBytes::new(raw), true)?;
-                n += 1;
+                let path = local.join(&file.name);
+                n += u64::from(self.put_fenced(
+                    gate,
+                    dir,
+                    &name,
+                    SegmentBytes::new(raw),
+                    true,
+                    &path,
+                )?);
                 continue;
             }
             let path = local.join(&name);
@@ -345,8 +354,7 @@ impl Archive {
             } else {
                 SegmentBytes::new(self.vfs.read_file(&path).map_err(io_at(&path))?)
             };
-            self.put_file(gate, dir, &name, bytes, sealed)?;
-            n += 1;
+            n += u64::from(self.put_fenced(gate, dir, &name, bytes, sealed, &path)?);
         }
         if let Some(ck) = checkpoint {
             let backed = Checkpoint::parse(SegmentBytes::new(ck.clone()))
@@ -360,11 +368,18 @@ impl Archive {
                         .is_some_and(|(len, _)| *len >= c.end_offset)
                 });
             if backed {
-                self.put_file(gate, dir, CHECKPOINT_FILE, SegmentBytes::new(ck), true)?;
+                let written = self.put_fenced(
+                    gate,
+                    dir,
+                    CHECKPOINT_FILE,
+                    SegmentBytes::new(ck),
+                    true,
+                    &ck_path,
+                )?;
                 if let Some(stamp) = stamp {
                     self.state().checkpoints.insert(dir.to_owned(), stamp);
                 }
-                n += 1;
+                n += u64::from(written);
             }
         }
         Ok(n)
