@@ -1286,3 +1286,82 @@ fn sessions_released_to_make_room_are_checkpointed_first() {
         other => panic!("a cut tail of a closed session must be corruption: {other:?}"),
     }
 }
+
+/// `peek_next_seq` answers what `next_seq` and `incarnation` answer, for a
+/// session this handle writes, one it has not loaded and one another
+/// handle writes, without making any of them one of its loaded sessions:
+/// past `max_open_sessions`, the session this handle writes stays its own
+/// (its writer lock held). A deleted or absent session is `NotFound`, a
+/// damaged one `Corrupt`, as their loads are.
+#[test]
+fn peek_next_seq_reads_without_loading_into_the_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        max_open_sessions: 2,
+        ..small_opts()
+    };
+    let log = turn_log();
+    let a = Store::open(dir.path(), opts.clone()).unwrap();
+    let ids = ["s0", "s1", "s2", "s3", "own"];
+    for id in ids {
+        a.create(SessionHeader::new(id, 0)).unwrap();
+        a.append(id, &log[..2]).unwrap();
+    }
+    let b = Store::open(dir.path(), small_opts()).unwrap();
+    b.create(SessionHeader::new("theirs", 0)).unwrap();
+    b.append("theirs", &log[..3]).unwrap();
+    let peek = |store: &Store, id: &str| store.peek_next_seq(id).unwrap();
+    for _ in 0..2 {
+        for id in ids {
+            assert_eq!(peek(&a, id), (2, a.incarnation(id).unwrap()), "{id}");
+        }
+        assert_eq!(peek(&a, "theirs").0, 3);
+    }
+    // 'own' was not released to make room for the others.
+    assert!(matches!(
+        b.append("own", &log[2..3]),
+        Err(Error::Locked { .. })
+    ));
+    // Appends of either handle are seen at once.
+    a.append("own", &log[2..4]).unwrap();
+    b.append("theirs", &log[3..4]).unwrap();
+    assert_eq!(peek(&a, "own").0, 4);
+    assert_eq!(peek(&a, "theirs").0, 4);
+    assert_eq!(
+        peek(&a, "theirs"),
+        (
+            a.next_seq("theirs").unwrap(),
+            a.incarnation("theirs").unwrap()
+        )
+    );
+    // Deleted by the other handle while loaded here (as a reader), and
+    // while not loaded; absent; declared only.
+    b.delete("theirs").unwrap();
+    a.close().unwrap();
+    let a = Store::open(dir.path(), opts.clone()).unwrap();
+    a.next_seq("s0").unwrap();
+    b.delete("s0").unwrap();
+    b.delete("s1").unwrap();
+    a.create(SessionHeader::new("declared", 0)).unwrap();
+    for id in ["theirs", "s0", "s1", "absent", "declared"] {
+        assert!(
+            matches!(a.peek_next_seq(id), Err(Error::NotFound(_))),
+            "{id}: {:?}",
+            a.peek_next_seq(id)
+        );
+    }
+    a.close().unwrap();
+    b.close().unwrap();
+    // A damaged last record: the checkpoint's end is not there.
+    let seg = Store::session_dir_in(dir.path(), "s2")
+        .unwrap()
+        .join("00000000000000000000.seg");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let end = bytes.iter().rposition(|&b| b != 0).unwrap();
+    bytes[end - 9] ^= 0xff;
+    std::fs::write(&seg, &bytes).unwrap();
+    let a = Store::open(dir.path(), opts).unwrap();
+    assert!(matches!(a.load("s2"), Err(Error::Corrupt { .. })));
+    assert!(matches!(a.peek_next_seq("s2"), Err(Error::Corrupt { .. })));
+    assert_eq!(peek(&a, "s3").0, 2);
+}

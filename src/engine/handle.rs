@@ -481,6 +481,72 @@ impl Store {
         }
     }
 
+    /// Session `id`'s length and incarnation, read together from one view
+    /// of it: what [`Store::next_seq`] and [`Store::incarnation`] report,
+    /// without making it one of this handle's loaded sessions. A session
+    /// this handle has loaded is asked (brought up to date as `next_seq`
+    /// would); any other is read as a reader loads it (its checkpoint and
+    /// the records after it, so not the whole log while the checkpoint is
+    /// recent) and dropped: nothing is cached, no writer lock is taken, no
+    /// torn tail is cut, and no loaded session is released to make room
+    /// ([`Options::max_open_sessions`]), so the sessions this handle
+    /// writes stay its own. For listings over many sessions (the Node
+    /// binding's `listSnapshots`).
+    ///
+    /// [`Error::NotFound`] when no such session is stored (a declared one,
+    /// never appended to, is not); [`Error::Corrupt`] when it is damaged,
+    /// as its load would be.
+    pub fn peek_next_seq(&self, id: &str) -> Result<(u64, String)> {
+        self.open_handle()?;
+        if let Some(found) = self.with_loaded(id, |s| {
+            Ok((!s.unpublished).then(|| (s.next_seq(), super::registry::hex(&s.uid))))
+        })? && let Some(found) = found
+        {
+            return Ok(found);
+        }
+        let entry = self
+            .entry(id)?
+            .ok_or_else(|| Error::NotFound(id.to_owned()))?;
+        let (s, _) = self.load_entry(id, entry)?;
+        Ok((s.next_seq(), super::registry::hex(&s.uid)))
+    }
+
+    /// [`Store::with_session`] for a session this handle has loaded:
+    /// `None`, with nothing added to the map (so nothing evicted), when it
+    /// has not. Does not count as a use of the session.
+    fn with_loaded<T>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut Session) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let Some(slot) = self
+            .inner
+            .sessions
+            .read()
+            .expect("sessions lock")
+            .get(id)
+            .cloned()
+        else {
+            return Ok(None);
+        };
+        let mut s = slot.lock().expect("session lock");
+        // Forgotten while this call waited, or not loaded (yet, or its load
+        // failed): read from the files instead.
+        if s.placeholder || !self.is_current(id, &slot) {
+            return Ok(None);
+        }
+        self.open_handle()?;
+        if let Err(e) = self.refresh(&mut s) {
+            s.placeholder = true;
+            drop(s);
+            self.forget(id, &slot);
+            return Err(e);
+        }
+        let out = f(&mut s);
+        self.within_image_budget(&mut s);
+        out.map(Some)
+    }
+
     /// Takes session `id` for writing now, as its first write would: its
     /// writer lock ([`Error::Locked`] if another handle has it), then
     /// recovery with authority (a torn tail cut, an interrupted seal
