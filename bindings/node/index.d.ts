@@ -76,3 +76,10 @@ export declare function openSessionLog(root: string, options?: OpenOptions): Ses
 
 /** Test-only: leave a torn record after session id's durable end. Close every handle on root first. */
 export declare function corruptTailForTest(root: string, id: string, cwd: string | null): Promise<void>
+
+/**
+ * Test-only: `listSnapshots` of the store open at root in this process, with the
+ * sessions ids deleted by another handle after the listing read the sessions
+ * directory and before it computed any revision (a deletion racing the listing).
+ */
+export declare function listSnapshotsDeletingForTest(root: string, ids: string[]): Promise<string>

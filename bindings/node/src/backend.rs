@@ -349,26 +349,68 @@ fn into_string(out: Vec<u8>) -> String {
 }
 
 impl Shared {
-    /// The revision of session `id`: the store's id, the session's
-    /// incarnation (new when it is replaced or re-created), its length and,
-    /// while `loadStored` reports one, the torn marker. Every append and
-    /// every repair with closers adds events; a repair that only retires a
-    /// torn tail drops the marker. Either changes the revision, as the
-    /// harness requires of every append and repair (its coordinator keeps
-    /// a prepared session, torn marker included, while the revision it was
-    /// read at is current).
-    fn revision(&self, id: &str) -> Result<String> {
-        self.revision_at(id, self.store.next_seq(id)?)
+    /// The revision of stored session `id`, or `None` when it is not
+    /// stored: the store's id, the session's incarnation (new when it is
+    /// replaced or re-created), its length and, while `loadStored` reports
+    /// one, the torn marker. Every append and every repair with closers
+    /// adds events; a repair that only retires a torn tail drops the
+    /// marker. Either changes the revision, as the harness requires of
+    /// every append and repair (its coordinator keeps a prepared session,
+    /// torn marker included, while the revision it was read at is
+    /// current).
+    ///
+    /// Read with [`Store::peek_next_seq`]: a session this process has not
+    /// loaded is read (its checkpoint and the records after it) and not
+    /// kept, so `readStoredRevision` and `listSnapshots` never make the
+    /// store release this process's idle sessions, and their writer locks,
+    /// to make room (`maxOpenSessions`).
+    ///
+    /// A session that cannot be read (damaged: `SESSIONLOG_CORRUPT`, or
+    /// any other failure of its own files) has the revision
+    /// `...:<incarnation>:unreadable`, which no readable state has: stable
+    /// while the damage stays, changed when a repair or a restore makes it
+    /// readable, and its `loadStored` reports the damage. So one such
+    /// session neither fails a listing nor is left out of it (the harness's
+    /// JSONL backend lists a log with a damaged body too). A session gone
+    /// meanwhile is `None`. Only failures of the store itself (a closed
+    /// handle, an id the store cannot hold) are errors.
+    fn revision(&self, id: &str) -> Result<Option<String>> {
+        let error = match self.store.peek_next_seq(id) {
+            Ok((next_seq, incarnation)) => {
+                return Ok(Some(self.revision_of(id, &incarnation, next_seq)));
+            }
+            Err(StoreError::NotFound(_)) => return Ok(None),
+            Err(e @ (StoreError::Closed | StoreError::BadId { .. })) => return Err(e.into()),
+            Err(e) => e,
+        };
+        // Deleted while it was read (its files went away under the read),
+        // or there and unreadable.
+        let incarnation = match self.store.incarnation(id) {
+            Ok(incarnation) => incarnation,
+            Err(StoreError::NotFound(_)) => return Ok(None),
+            // Its HEADER unreadable too since the listing read it.
+            Err(StoreError::Corrupt { .. }) => "-".to_owned(),
+            Err(_) => return Err(error.into()),
+        };
+        Ok(Some(format!(
+            "sessionlog:{}:{incarnation}:unreadable",
+            self.store_id
+        )))
     }
 
     /// The revision of session `id` when it held `next_seq` events.
     fn revision_at(&self, id: &str, next_seq: u64) -> Result<String> {
-        let incarnation = self.store.incarnation(id)?;
+        Ok(self.revision_of(id, &self.store.incarnation(id)?, next_seq))
+    }
+
+    /// The revision of session `id`'s incarnation `incarnation` holding
+    /// `next_seq` events.
+    fn revision_of(&self, id: &str, incarnation: &str, next_seq: u64) -> String {
         let mut revision = format!("sessionlog:{}:{incarnation}:{next_seq}", self.store_id);
         if let Some(marker) = self.torn_marker(id) {
             let _ = std::fmt::Write::write_fmt(&mut revision, format_args!(":torn{marker}"));
         }
-        Ok(revision)
+        revision
     }
 
     /// The stored session's header, `None` when it does not exist (one
@@ -421,12 +463,10 @@ impl Shared {
         Ok(Some((out, EventText { batches })))
     }
 
-    /// `readStoredRevision`.
+    /// `readStoredRevision`: [`Shared::revision`], the one `listSnapshots`
+    /// reports.
     pub fn read_stored_revision(&self, id: &str) -> Result<Option<String>> {
-        if self.header(id)?.is_none() {
-            return Ok(None);
-        }
-        Ok(Some(self.revision(id)?))
+        self.revision(id)
     }
 
     /// `loadStoredFrom`: `{"meta","events"}` with the events at or past
@@ -518,19 +558,34 @@ impl Shared {
         Ok(into_string(out))
     }
 
-    /// `listSnapshots`: `{"header","revision"}` of every stored session.
+    /// `listSnapshots`: `{"header","revision"}` of every stored session,
+    /// with the revision `readStoredRevision` reports ([`Shared::revision`]:
+    /// a damaged session is listed with a revision its load reports the
+    /// damage under, one deleted since the sessions directory was read is
+    /// left out). No session is kept loaded by the listing.
     pub fn list_snapshots(&self) -> Result<String> {
+        self.list_snapshots_with(|| Ok(()))
+    }
+
+    /// [`Shared::list_snapshots`], running `after_listing` once the
+    /// sessions directory was read and before any revision is (a test of
+    /// what happens meanwhile: [`list_snapshots_deleting_for_test`]).
+    fn list_snapshots_with(&self, after_listing: impl FnOnce() -> Result<()>) -> Result<String> {
         let headers = self.store.list()?;
+        after_listing()?;
         let mut out = Vec::with_capacity(headers.len() * 160 + 2);
         out.push(b'[');
-        for (i, h) in headers.iter().enumerate() {
-            if i > 0 {
+        for h in &headers {
+            let Some(revision) = self.revision(&h.id)? else {
+                continue; // deleted since the listing
+            };
+            if out.len() > 1 {
                 out.push(b',');
             }
             out.extend_from_slice(b"{\"header\":");
             header::write_json(h, &mut out);
             out.extend_from_slice(b",\"revision\":");
-            json::write_str(&mut out, &self.revision(&h.id)?);
+            json::write_str(&mut out, &revision);
             out.push(b'}');
         }
         out.push(b']');
@@ -541,6 +596,40 @@ impl Shared {
 /// Where a session's files live under `root`, without touching the disk.
 pub fn session_dir(root: &Path, id: &str) -> Result<PathBuf> {
     Ok(Store::session_dir_in(root, id)?)
+}
+
+/// Test-only: `listSnapshots` of the store this process has open at
+/// `root`, with the sessions `ids` deleted by another handle on the store
+/// (as `sessionlog rm` in another process would) after the listing read the
+/// sessions directory and before it computed any revision: a deletion
+/// racing the listing, made deterministic.
+pub fn list_snapshots_deleting_for_test(root: &Path, ids: &[String]) -> Result<String> {
+    let root = canonical(root)?;
+    let shared = STORES
+        .lock()
+        .expect("store registry")
+        .get(&root)
+        .and_then(Weak::upgrade)
+        .ok_or_else(|| {
+            fail(
+                "SESSIONLOG_NOT_OPEN",
+                format!("{} is not open in this process", root.display()),
+            )
+        })?;
+    shared.list_snapshots_with(|| {
+        let other = Store::open(
+            &root,
+            Options {
+                close_interrupted_turns: false,
+                ..Options::default()
+            },
+        )?;
+        for id in ids {
+            other.delete(id)?;
+        }
+        other.close()?;
+        Ok(())
+    })
 }
 
 /// Test-only: writes a torn record (a frame header promising more bytes than

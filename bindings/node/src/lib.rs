@@ -418,3 +418,12 @@ pub fn corrupt_tail_for_test(root: String, id: String, cwd: Option<String>) -> A
     let _ = cwd;
     Work::new(move || backend::corrupt_tail_for_test(std::path::Path::new(&root), &id))
 }
+
+/// Test-only: `listSnapshots` of the store open at `root` in this process,
+/// with the sessions `ids` deleted by another handle after the listing read
+/// the sessions directory and before it computed any revision (a deletion
+/// racing the listing, made deterministic).
+#[napi(ts_return_type = "Promise<string>")]
+pub fn list_snapshots_deleting_for_test(root: String, ids: Vec<String>) -> AsyncTask<Work<String>> {
+    Work::new(move || backend::list_snapshots_deleting_for_test(std::path::Path::new(&root), &ids))
+}

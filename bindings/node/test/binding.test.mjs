@@ -6,7 +6,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -454,4 +454,101 @@ test('a repair that only retires a torn tail changes the revision', async (t) =>
   assert.equal(await again.readStoredRevision('t'), repaired, 'stable across reopen')
   assert.equal(JSON.parse(await again.loadStored('t')).revision, repaired)
   await again.close()
+})
+
+/** Flips a byte of the last record of session `id`'s only segment (the store must be closed). */
+function damageLastRecord(store, id) {
+  const dir = store.locate(JSON.stringify(meta(id))).path
+  const seg = join(dir, readdirSync(dir).find(f => f.endsWith('.seg')))
+  const bytes = readFileSync(seg)
+  let end = bytes.length
+  while (end > 0 && bytes[end - 1] === 0) end--
+  bytes[end - 10] ^= 0xff
+  writeFileSync(seg, bytes)
+}
+
+/** Writes sessions `ids`, two batches each, through `store`. */
+async function writeSessions(store, ids) {
+  for (const id of ids) {
+    await store.appendBatch(JSON.stringify(meta(id)), JSON.stringify([{ type: 'turn/start', seq: 0, time: 1, data: {} }]), false)
+    await store.appendBatch(JSON.stringify(meta(id)), JSON.stringify([{ type: 'turn/end', seq: 1, time: 2, data: {} }]), true)
+  }
+}
+
+test('listSnapshots lists a damaged session among the others, with a revision whose load reports the damage', async (t) => {
+  // The harness's JSONL backend lists every session whose header it reads
+  // (a damaged log body is found by the load), and so does `list`: one
+  // damaged session must neither fail the listing nor vanish from it.
+  const root = tempRoot(t)
+  const store = addon.openSessionLog(root)
+  await writeSessions(store, ['a', 'b', 'c'])
+  const before = await store.readStoredRevision('b')
+  await store.close()
+  damageLastRecord(store, 'b')
+  const reopened = addon.openSessionLog(root)
+  const listed = JSON.parse(await reopened.listSnapshots())
+  assert.deepEqual(listed.map(s => s.header.id), ['a', 'b', 'c'])
+  assert.deepEqual(listed.map(s => s.header), JSON.parse(await reopened.list()))
+  for (const { header, revision } of listed) {
+    assert.equal(await reopened.readStoredRevision(header.id), revision, `${header.id}: readStoredRevision agrees`)
+  }
+  const damaged = listed[1].revision
+  assert.notEqual(damaged, before, 'not the revision of the sound log')
+  assert.match(damaged, /^sessionlog:[0-9a-f]{32}:/, 'qualified by the store id')
+  await assert.rejects(reopened.loadStored('b'), /^Error: SESSIONLOG_CORRUPT: /)
+  assert.equal(JSON.parse(await reopened.listSnapshots())[1].revision, damaged, 'stable while unchanged')
+  for (const id of ['a', 'c']) {
+    assert.equal(JSON.parse(await reopened.loadStored(id)).revision, listed.find(s => s.header.id === id).revision)
+  }
+  await reopened.close()
+  const again = addon.openSessionLog(root)
+  assert.equal(JSON.parse(await again.listSnapshots())[1].revision, damaged, 'stable across reopen')
+  await again.close()
+})
+
+test('a session deleted while listSnapshots runs is left out, the others are listed', async (t) => {
+  const root = tempRoot(t)
+  const store = addon.openSessionLog(root)
+  await writeSessions(store, ['a', 'b', 'c', 'd'])
+  await store.close()
+  const reopened = addon.openSessionLog(root)
+  // 'b' loaded in this process (as a reader), 'c' not loaded at all: both
+  // deleted by another handle after the listing read the sessions directory.
+  await reopened.loadStoredFrom('b', 0)
+  const listed = JSON.parse(await addon.listSnapshotsDeletingForTest(root, ['b', 'c']))
+  assert.deepEqual(listed.map(s => s.header.id), ['a', 'd'])
+  for (const { header, revision } of listed) {
+    assert.equal(await reopened.readStoredRevision(header.id), revision)
+  }
+  assert.deepEqual(JSON.parse(await reopened.list()).map(h => h.id), ['a', 'd'])
+  assert.equal(await reopened.readStoredRevision('b'), null)
+  await reopened.close()
+})
+
+test('listSnapshots past maxOpenSessions keeps this process\'s sessions its own', async (t) => {
+  // Listing must not load the sessions through the store's cache of
+  // loaded sessions: that would release this process's idle ones (and
+  // their writer locks) to make room, as writing past the limit does.
+  const root = tempRoot(t)
+  const store = addon.openSessionLog(root, { maxOpenSessions: 2 })
+  await writeSessions(store, ['a', 'b', 'c', 'd', 'own'])
+  const own = await store.readStoredRevision('own')
+  const listed = JSON.parse(await store.listSnapshots())
+  assert.deepEqual(listed.map(s => s.header.id), ['a', 'b', 'c', 'd', 'own'])
+  assert.equal(listed[4].revision, own)
+  const child = spawnSync(process.execPath, ['-e', `
+    const s = require(${JSON.stringify(addonPath)}).openSessionLog(${JSON.stringify(root)})
+    const meta = JSON.stringify({ version: 0, id: 'own', createdAt: 1000, cwd: '/w' })
+    s.appendBatch(meta, JSON.stringify([{ type: 'turn/start', seq: 2, time: 3, data: {} }]), true)
+      .then(() => { console.log('wrote'); process.exit(0) }, e => { console.log(e.message); process.exit(3) })
+  `], { encoding: 'utf8' })
+  assert.equal(child.status, 3, child.stdout + child.stderr)
+  assert.match(child.stdout, /^SESSIONLOG_LOCKED: /)
+  for (const { header, revision } of listed) {
+    assert.equal(await store.readStoredRevision(header.id), revision, header.id)
+  }
+  // And this process still writes 'own' after the listing.
+  await store.appendBatch(JSON.stringify(meta('own')), JSON.stringify([{ type: 'turn/start', seq: 2, time: 3, data: {} }]), true)
+  assert.notEqual(await store.readStoredRevision('own'), own)
+  await store.close()
 })
