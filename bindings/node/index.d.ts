@@ -32,7 +32,13 @@ export declare class StoredReader {
 export declare class SessionLog {
   /** `{"meta","events","revision","tornMarker"?}`, or null when absent. */
   loadStored(id: string): Promise<string | null>
-  /** The revision loadStored would report, or null. */
+  /**
+   * The revision loadStored would report, or null when absent; the one
+   * listSnapshots lists. Reads the session without keeping it loaded. A
+   * session whose files cannot be read (damaged) has the revision
+   * `sessionlog:<store id>:<incarnation>:unreadable`, and its loadStored
+   * rejects with the damage (`SESSIONLOG_CORRUPT`).
+   */
   readStoredRevision(id: string): Promise<string | null>
   /** `{"meta","events"}` with the events whose seq is at least fromSeq, or null. */
   loadStoredFrom(id: string, fromSeq: number): Promise<string | null>
@@ -44,7 +50,13 @@ export declare class SessionLog {
   commitRepair(metaJson: string, tornMarker: number | null, closersJson: string): Promise<void>
   /** `SessionHeader[]` of the stored sessions. */
   list(): Promise<string>
-  /** `{"header","revision"}[]` of the stored sessions. */
+  /**
+   * `{"header","revision"}[]` of the stored sessions (those `list` lists), each
+   * revision as readStoredRevision reports it. A damaged session is listed, with
+   * its `...:unreadable` revision (its loadStored reports the damage); one deleted
+   * while the listing runs is left out. Keeps no session loaded, so a listing past
+   * `maxOpenSessions` releases none of this process's sessions or writer locks.
+   */
   listSnapshots(): Promise<string>
   /** The session's directory (computed; no disk access). */
   locate(metaJson: string): Location | null

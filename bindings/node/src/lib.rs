@@ -305,7 +305,8 @@ impl SessionLog {
         self.run(move |s| s.load_stored(&id?))
     }
 
-    /// The revision `loadStored` would report, or null.
+    /// The revision `loadStored` would report, or null; the one
+    /// `listSnapshots` lists (`...:unreadable` for a damaged session).
     #[napi(ts_return_type = "Promise<string | null>")]
     pub fn read_stored_revision(&self, id: Utf16String) -> AsyncTask<Work<Option<String>>> {
         let id = session_id(&id);
@@ -358,7 +359,9 @@ impl SessionLog {
         self.run(|s| s.list())
     }
 
-    /// JSON `{"header","revision"}[]` of the stored sessions.
+    /// JSON `{"header","revision"}[]` of the stored sessions: a damaged one
+    /// listed with its `...:unreadable` revision, one deleted meanwhile
+    /// left out; no session is kept loaded.
     #[napi(ts_return_type = "Promise<string>")]
     pub fn list_snapshots(&self) -> AsyncTask<Work<String>> {
         self.run(|s| s.list_snapshots())
