@@ -15,7 +15,7 @@
 #   5. the same contract suites through this package's own Cordis plugin
 #      (src/plugin.ts, mounted in DIR as session-persistence-sessionlog-node),
 #      after a tsc typecheck of it; the coordinator contract also with the
-#      store options journal and compressSealed on (94 tests)
+#      store options journal and compressSealed on, and a damaged session listed (95 tests)
 #   6. with RUN_OWN=1: run.sh DIR own (the harness's suites against its own
 #      backends; ~1-2 min), to show the environment itself is green
 # HARNESS_CONTRACT overrides the location of the harness-contract directory.

@@ -5,7 +5,7 @@
  * SQLite specs call them. The addon is the one named by SESSIONLOG_BACKEND.
  */
 
-import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
@@ -36,6 +36,41 @@ describe('sessionlog plugin', () => {
       expect(new SessionLogError('SESSIONLOG_X', 'm').code).toBe('SESSIONLOG_X')
     } finally {
       await native.close()
+      await rm(root, { recursive: true, force: true })
+    }
+  })
+})
+
+describe('sessionlog plugin listSnapshots', () => {
+  it('lists a damaged session beside the others, and its load reports the damage', async () => {
+    const root = await mkdtemp(join(tmpdir(), 'dsh-sessionlog-plugin-'))
+    const native = loadNativeModule(addon).openSessionLog(root)
+    const meta = (id: string) => JSON.stringify({ version: 1, id, createdAt: 1, cwd: '/w' })
+    for (const id of ['a', 'b', 'c']) {
+      await native.appendBatch(meta(id), '[{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}]', false)
+    }
+    await native.close()
+    // Flip a byte of b's last record: the checkpoint's end is not there.
+    const dir = native.locate(meta('b'))!.path
+    const seg = join(dir, (await readdir(dir)).find(n => n.endsWith('.seg'))!)
+    const bytes = await readFile(seg)
+    let end = bytes.length
+    while (end > 0 && bytes[end - 1] === 0) end--
+    bytes[end - 10] = (bytes[end - 10] as number) ^ 0xff
+    await writeFile(seg, bytes)
+    const ctx = new Context()
+    await ctx.plugin(SessionStore)
+    const fiber = await ctx.plugin(SessionLogPersistence, { root, addon })
+    try {
+      const listed = await ctx.sessionPersistence.listSnapshots()
+      expect(listed.map(s => s.header.id)).toEqual(['a', 'b', 'c'])
+      expect(listed.map(s => s.header)).toEqual(await ctx.sessionPersistence.list())
+      expect(String(listed[1]?.revision)).toMatch(/:unreadable$/)
+      const error = await ctx.sessionPersistence.load(listed[1]!.header.id).then(() => undefined, (e: unknown) => e)
+      expect(error).toBeInstanceOf(SessionLogError)
+      expect((error as SessionLogError).code).toBe('SESSIONLOG_CORRUPT')
+    } finally {
+      await fiber.dispose()
       await rm(root, { recursive: true, force: true })
     }
   })

@@ -388,9 +388,9 @@ impl Shared {
         let incarnation = match self.store.incarnation(id) {
             Ok(incarnation) => incarnation,
             Err(StoreError::NotFound(_)) => return Ok(None),
+            Err(StoreError::Closed) => return Err(error.into()),
             // Its HEADER unreadable too since the listing read it.
-            Err(StoreError::Corrupt { .. }) => "-".to_owned(),
-            Err(_) => return Err(error.into()),
+            Err(_) => "-".to_owned(),
         };
         Ok(Some(format!(
             "sessionlog:{}:{incarnation}:unreadable",
