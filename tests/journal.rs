@@ -809,3 +809,99 @@ fn a_live_journal_read_mid_write_is_not_reported_damaged() {
     a.append(&id, &batches[4]).unwrap();
     a.close().unwrap();
 }
+
+/// A salvage and a writer of the same handle, racing for a session of the
+/// damaged journal (F60). The writer holds the session (its slot, its
+/// lock) and is about to read the orphaned journals when the salvage takes
+/// the file exclusively and then asks whether this handle writes the
+/// session. Before, the salvage waited for the session's slot while the
+/// writer polled for the journal's replay lock, which this very handle
+/// held exclusively: both waited forever. Now the salvage lets the file go
+/// and takes it again once the session is free.
+#[test]
+fn a_salvage_and_a_writer_of_one_handle_do_not_wait_for_each_other() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+    use std::sync::{Arc, Mutex};
+    let dir = fast_tempdir();
+    store_with_a_damaged_journal(dir.path());
+    let (s0, b0) = plan(0);
+    let journal_dir = dir.path().join("journal");
+
+    // After `armed`, the first listing of journal/ (the writer's, its
+    // session held) waits for `go`; the second (the salvage's) says so.
+    let armed = Arc::new(AtomicUsize::new(0));
+    let (gated_tx, gated_rx) = mpsc::channel::<()>();
+    let (listed_tx, listed_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (gated_tx, listed_tx, go_rx) = (
+        Mutex::new(gated_tx),
+        Mutex::new(listed_tx),
+        Mutex::new(go_rx),
+    );
+    let fs = hooked_fs::HookedFs {
+        before_read_dir: Some(Box::new({
+            let (armed, journal_dir) = (armed.clone(), journal_dir.clone());
+            move |p| {
+                if p != journal_dir || armed.load(Ordering::SeqCst) == 0 {
+                    return Ok(());
+                }
+                match armed.fetch_add(1, Ordering::SeqCst) {
+                    1 => {
+                        gated_tx.lock().unwrap().send(()).unwrap();
+                        let _ = go_rx.lock().unwrap().recv();
+                    }
+                    2 => listed_tx.lock().unwrap().send(()).unwrap(),
+                    _ => {}
+                }
+                Ok(())
+            }
+        })),
+        ..hooked_fs::HookedFs::default()
+    };
+    let b = Arc::new(Store::open_with_vfs(dir.path(), Options::default(), Arc::new(fs)).unwrap());
+    armed.store(1, Ordering::SeqCst);
+
+    let (done_tx, done_rx) = mpsc::channel::<String>();
+    let writer = {
+        let (b, s0, batch, done) = (b.clone(), s0.clone(), b0[6].clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            let r = b.append(&s0, &batch);
+            done.send(format!("writer: {r:?}")).unwrap();
+        })
+    };
+    gated_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the writer lists the journals");
+    let salvage = {
+        let (b, done) = (b.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            let r = b.salvage_journals();
+            done.send(format!("salvage: {r:?}")).unwrap();
+        })
+    };
+    listed_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the salvage lists the journals");
+    // The salvage takes the file and reaches the session meanwhile.
+    std::thread::sleep(Duration::from_millis(300));
+    go_tx.send(()).unwrap();
+    let mut results = Vec::new();
+    for _ in 0..2 {
+        match done_rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(r) => results.push(r),
+            Err(_) => panic!("the salvage and the writer wait for each other: {results:?}"),
+        }
+    }
+    writer.join().unwrap();
+    salvage.join().unwrap();
+    // Whatever the order, nothing acknowledged is lost: what the salvage
+    // left (the writer had the file first) a second salvage does.
+    b.salvage_journals().unwrap();
+    let all = b.read_from(&s0, 0).unwrap();
+    let next = if all == b0[..7].concat() { 7 } else { 6 };
+    assert_eq!(all, b0[..next].concat(), "{results:?}");
+    b.append(&s0, &b0[next])
+        .unwrap_or_else(|e| panic!("{results:?}: {e}"));
+    b.verify(&s0).unwrap();
+}

@@ -142,7 +142,10 @@ impl Store {
             source,
         })?;
         let mut done = Vec::new();
-        for (number, path) in self.journal_files()? {
+        let mut files = self.journal_files()?.into_iter();
+        let mut retry = None;
+        let mut pause = std::time::Duration::from_millis(1);
+        while let Some((number, path)) = retry.take().or_else(|| files.next()) {
             // Exclusive: no replayer reads it while it is moved.
             let Some(orphan) = self.open_orphan(number, &path, true)? else {
                 continue;
@@ -156,9 +159,22 @@ impl Store {
             for en in &read.entries {
                 by_session.entry(en.session).or_default().push(en);
             }
+            // A thread of this handle using one of its sessions may be
+            // taking it, about to wait for this file's replay lock with
+            // the session's slot held: waiting for the slot here would
+            // wait for each other for good (F60). Let the file go (that
+            // taker reads it, and refuses the damage) and take it again.
+            let held: Option<Vec<bool>> = by_session.keys().map(|id| self.holds(id)).collect();
+            let Some(held) = held else {
+                drop(orphan);
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(50));
+                retry = Some((number, path));
+                continue;
+            };
             let (mut replayed, mut skipped) = (Vec::new(), Vec::new());
-            for (id, list) in by_session {
-                if self.holds(id) {
+            for ((id, list), held) in by_session.into_iter().zip(held) {
+                if held {
                     // Taken by this handle, so before the damage: its
                     // writer replayed (or its old writer synced) them then.
                     skipped.push((id.to_owned(), "this handle writes it".to_owned()));
@@ -205,11 +221,19 @@ impl Store {
         Ok(done)
     }
 
-    /// Whether this handle holds session `id`'s writer lock (its lock
-    /// table would grant it again, and dropping that would release it).
-    fn holds(&self, id: &str) -> bool {
+    /// Whether this handle holds session `id`'s writer lock; `None` while
+    /// a thread of this handle uses the session (never waited for: it may
+    /// be taking the session and waiting for a journal the caller holds).
+    fn holds(&self, id: &str) -> Option<bool> {
         let session = self.inner.sessions.read().expect("lock").get(id).cloned();
-        session.is_some_and(|s| s.lock().expect("session lock").lock.is_some())
+        let Some(session) = session else {
+            return Some(false);
+        };
+        match session.try_lock() {
+            Ok(s) => Some(s.lock.is_some()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+            Err(std::sync::TryLockError::Poisoned(_)) => panic!("session lock poisoned"),
+        }
     }
 
     /// Moves journal file `path` into `journal/damaged/`, durably: the new
