@@ -336,3 +336,190 @@ fn a_host_taking_a_session_back_moves_its_diverged_segments_aside() {
         a.close().unwrap();
     }
 }
+
+/// An object store whose write to a key ending with the armed suffix lands
+/// but whose answer is lost, and which then answers nothing (every request
+/// fails) until the outage is over: a pass's write is in the bucket while
+/// the pass failed.
+#[derive(Default)]
+struct LostAnswer {
+    inner: Option<Arc<dyn ObjectStore>>,
+    armed: Mutex<Option<String>>,
+    down: std::sync::atomic::AtomicBool,
+    landed: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for LostAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LostAnswer")
+    }
+}
+
+impl std::fmt::Display for LostAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LostAnswer")
+    }
+}
+
+impl LostAnswer {
+    fn inner(&self) -> &Arc<dyn ObjectStore> {
+        self.inner.as_ref().unwrap()
+    }
+
+    fn outage(&self) -> object_store::Result<()> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(object_store::Error::Generic {
+                store: "LostAnswer",
+                source: "connection reset".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for LostAnswer {
+    async fn put_opts(
+        &self,
+        location: &ObjectPath,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.outage()?;
+        let hit = {
+            let mut armed = self.armed.lock().unwrap();
+            let hit = armed
+                .as_ref()
+                .is_some_and(|s| location.as_ref().ends_with(s.as_str()));
+            if hit {
+                armed.take();
+            }
+            hit
+        };
+        let put = self.inner().put_opts(location, payload, opts).await;
+        if hit && put.is_ok() {
+            self.landed.store(true, Ordering::SeqCst);
+            self.down.store(true, Ordering::SeqCst);
+            return self.outage().map(|_| unreachable!());
+        }
+        put
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &ObjectPath,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.outage()?;
+        self.inner().put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &ObjectPath,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.outage()?;
+        self.inner().get_opts(location, options).await
+    }
+    async fn delete(&self, location: &ObjectPath) -> object_store::Result<()> {
+        self.outage()?;
+        self.inner().delete(location).await
+    }
+    fn list(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        if self.down.load(Ordering::SeqCst) {
+            return Box::pin(futures::stream::once(async {
+                Err(object_store::Error::Generic {
+                    store: "LostAnswer",
+                    source: "connection reset".into(),
+                })
+            }));
+        }
+        self.inner().list(prefix)
+    }
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.outage()?;
+        self.inner().list_with_delimiter(prefix).await
+    }
+    async fn copy(&self, from: &ObjectPath, to: &ObjectPath) -> object_store::Result<()> {
+        self.outage()?;
+        self.inner().copy(from, to).await
+    }
+    async fn copy_if_not_exists(
+        &self,
+        from: &ObjectPath,
+        to: &ObjectPath,
+    ) -> object_store::Result<()> {
+        self.outage()?;
+        self.inner().copy_if_not_exists(from, to).await
+    }
+}
+
+/// The holder's write lands but its answer is lost and the pass fails (the
+/// network went down meanwhile); by the next pass the local file has moved
+/// on (a new checkpoint; the active segment grew). The object is this
+/// host's own earlier write, so the next pass replaces it. Before, that
+/// pass found an object "changed since this host last saw it" holding
+/// other bytes and stopped with `ArchiveDiverged`, at every pass for the
+/// rest of the lease: the session was never uploaded again (F61).
+#[test]
+fn a_write_whose_answer_was_lost_in_a_failed_pass_is_replaced_by_the_next() {
+    let mut failed = Vec::new();
+    for (first_synced, suffix) in [
+        (false, "/CHECKPOINT"),
+        (true, "/CHECKPOINT"),
+        (true, "active"),
+    ] {
+        for bucket in buckets("lost-answer") {
+            let what = format!("{} ({suffix}, synced before: {first_synced})", bucket.name);
+            let tmp = tempfile::tempdir().unwrap();
+            let log = turn_log(60, "aaa");
+            let hooked = Arc::new(LostAnswer {
+                inner: Some(bucket.store.clone()),
+                ..LostAnswer::default()
+            });
+            let mut opts = host_options(&bucket, "a", EvictionPolicy::default());
+            let archive = opts.archive.as_mut().unwrap();
+            archive.store = hooked.clone();
+            archive.max_retries = 2;
+            let a = Store::open(tmp.path().join("a"), opts).unwrap();
+            a.create(SessionHeader::new("s", 0)).unwrap();
+            append_turns(&a, "s", &log[..turns_len(&log, 10)]);
+            a.flush().unwrap();
+            if first_synced {
+                a.archive_sync().unwrap();
+                continue_with(&a, &log, turns_len(&log, 15));
+                a.flush().unwrap();
+            }
+            let session = tmp.path().join("a").join("sessions").join("s");
+            let armed = if suffix == "active" {
+                format!("/{}", segment_files(&session).last().unwrap())
+            } else {
+                suffix.to_owned()
+            };
+            *hooked.armed.lock().unwrap() = Some(armed.clone());
+            assert!(a.archive_sync().is_err(), "{what}: the pass fails");
+            assert!(
+                hooked.landed.load(Ordering::SeqCst),
+                "{what}: {armed} landed"
+            );
+            hooked.down.store(false, Ordering::SeqCst);
+
+            continue_with(&a, &log, turns_len(&log, 20));
+            a.flush().unwrap();
+            if let Err(e) = a.archive_sync() {
+                failed.push(format!("{what}: {e}"));
+                continue;
+            }
+            a.close().unwrap();
+            let (c, _) = new_host(&bucket, &tmp.path().join("c"), "c");
+            assert_eq!(read_all(&c, "s"), log[..turns_len(&log, 20)], "{what}");
+            c.close().unwrap();
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+}

@@ -37,6 +37,18 @@ pub(crate) struct Seen {
     pub(super) ours: bool,
 }
 
+/// What identifies a body this handle tried to write: its length, CRC-32
+/// and FNV-1a-128.
+pub(crate) type Digest = (u64, u32, u128);
+
+fn digest(b: &[u8]) -> Digest {
+    (
+        b.len() as u64,
+        crc32fast::hash(b),
+        crate::fsutil::fnv1a_128(b),
+    )
+}
+
 /// How a conditional write ended.
 pub(super) enum Put {
     /// Written; the new object's entity tag.
@@ -284,6 +296,7 @@ impl Archive {
             // No tag to replace it on: never replaced blindly.
             Some(_) => Ok(Put::Conflict),
         };
+        let put = self.remember_unsure(dir, name, &body, put);
         match put.map_err(|e| Stop::Failed(archive_error(Some(dir), &key, "uploading", e)))? {
             Put::Done(tag) => {
                 let c = &self.counters;
@@ -312,6 +325,32 @@ impl Archive {
                         self.record(dir, name, len, sealed, tag, true);
                         Ok(true)
                     }
+                    // This handle's own earlier write, whose answer was lost
+                    // in a pass that failed (F61): replaced in that version.
+                    Some((b, Some(tag))) if self.tried(dir, name, &b) => {
+                        let again = self.put_conditional(&key, &body, Some(&tag));
+                        let again = self.remember_unsure(dir, name, &body, again);
+                        match again.map_err(|e| {
+                            Stop::Failed(archive_error(Some(dir), &key, "uploading", e))
+                        })? {
+                            Put::Done(tag) => {
+                                let c = &self.counters;
+                                c.bytes_uploaded.fetch_add(len, Ordering::Relaxed);
+                                c.objects_uploaded.fetch_add(1, Ordering::Relaxed);
+                                self.record(dir, name, len, sealed, tag, true);
+                                Ok(true)
+                            }
+                            Put::Conflict => {
+                                gate.recheck(self, dir)?;
+                                Err(self.diverged(
+                                    dir,
+                                    file,
+                                    &key,
+                                    "the object changed while this host replaced its own write",
+                                ))
+                            }
+                        }
+                    }
                     Some(_) => Err(self.diverged(
                         dir,
                         file,
@@ -329,6 +368,38 @@ impl Archive {
         }
     }
 
+    /// Passes `put` through, remembering its body when it failed (it may
+    /// have landed: an answer lost, a timeout).
+    fn remember_unsure(
+        &self,
+        dir: &str,
+        name: &str,
+        body: &[u8],
+        put: object_store::Result<Put>,
+    ) -> object_store::Result<Put> {
+        if put.is_err() {
+            let mut st = self.state();
+            let tried = st
+                .unsure
+                .entry((dir.to_owned(), name.to_owned()))
+                .or_default();
+            let d = digest(body);
+            if !tried.contains(&d) {
+                tried.push(d);
+            }
+        }
+        put
+    }
+
+    /// Whether `bytes` are a body this handle tried to write at
+    /// `<dir>/<name>` without learning whether it landed.
+    fn tried(&self, dir: &str, name: &str, bytes: &[u8]) -> bool {
+        let st = self.state();
+        st.unsure
+            .get(&(dir.to_owned(), name.to_owned()))
+            .is_some_and(|t| t.contains(&digest(bytes)))
+    }
+
     /// Records `<dir>/<name>` as uploaded (length `len`, `sealed`) and seen
     /// with entity tag `tag`.
     fn record(
@@ -342,6 +413,7 @@ impl Archive {
     ) {
         let mut st = self.state();
         let key = (dir.to_owned(), name.to_owned());
+        st.unsure.remove(&key);
         st.uploaded.insert(key.clone(), (len, sealed));
         if tag.is_some() || ours {
             st.seen.insert(

@@ -86,6 +86,11 @@ pub(super) struct State {
     /// Held sessions whose objects this handle has listed into `seen`
     /// since it took their lease (once per lease).
     pub(super) seeded: HashSet<String>,
+    /// Writes of this handle whose answer never came (a failed request
+    /// that may have landed): (session dir, file name) to the digests of
+    /// the bodies tried since the key was last seen. An object holding one
+    /// of them is this handle's own, replaceable (section 10.5).
+    pub(super) unsure: HashMap<(String, String), Vec<fence::Digest>>,
 }
 
 impl State {
@@ -95,6 +100,7 @@ impl State {
     pub(super) fn forget_objects(&mut self, dir: &str) {
         self.uploaded.retain(|(d, _), _| d != dir);
         self.seen.retain(|(d, _), _| d != dir);
+        self.unsure.retain(|(d, _), _| d != dir);
         self.seeded.remove(dir);
         self.checkpoints.remove(dir);
     }
