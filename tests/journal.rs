@@ -905,3 +905,136 @@ fn a_salvage_and_a_writer_of_one_handle_do_not_wait_for_each_other() {
         .unwrap_or_else(|e| panic!("{results:?}: {e}"));
     b.verify(&s0).unwrap();
 }
+
+/// A salvage racing a writer of another handle (another process) that
+/// took one of the damaged file's sessions just before the salvage reached
+/// it, and lists the journals only `hold` later. Returns the writer's
+/// append, the salvage's report, the writer's store and the journal's path.
+#[allow(clippy::type_complexity)]
+fn salvage_racing_a_new_writer(
+    dir: &Path,
+    hold: Duration,
+) -> (
+    sessionlog::store::Result<()>,
+    Vec<sessionlog::store::JournalSalvage>,
+    Store,
+    PathBuf,
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc;
+    use std::sync::{Arc, Mutex};
+    let (orphan, _, _) = store_with_a_damaged_journal(dir);
+    let (s0, b0) = plan(0);
+    let journal_dir = dir.join("journal");
+
+    // Once armed, the writer's next listing of journal/ (it holds s0's
+    // lock then) waits for `go`.
+    let armed = Arc::new(AtomicBool::new(false));
+    let (gated_tx, gated_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (gated_tx, go_rx) = (Mutex::new(gated_tx), Mutex::new(go_rx));
+    let fs = hooked_fs::HookedFs {
+        before_read_dir: Some(Box::new({
+            let (armed, journal_dir) = (armed.clone(), journal_dir.clone());
+            move |p| {
+                if p == journal_dir && armed.swap(false, Ordering::SeqCst) {
+                    gated_tx.lock().unwrap().send(()).unwrap();
+                    let _ = go_rx.lock().unwrap().recv();
+                }
+                Ok(())
+            }
+        })),
+        ..hooked_fs::HookedFs::default()
+    };
+    let w = Arc::new(Store::open_with_vfs(dir, Options::default(), Arc::new(fs)).unwrap());
+    armed.store(true, Ordering::SeqCst);
+    let writer = {
+        let (w, s0, batch) = (w.clone(), s0.clone(), b0[6].clone());
+        std::thread::spawn(move || w.append(&s0, &batch))
+    };
+    gated_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the writer lists the journals");
+    let salvage = {
+        let dir = dir.to_owned();
+        std::thread::spawn(move || {
+            Store::open(&dir, Options::default())
+                .unwrap()
+                .salvage_journals()
+        })
+    };
+    std::thread::sleep(hold);
+    go_tx.send(()).unwrap();
+    let written = writer.join().unwrap();
+    let salvaged = salvage.join().unwrap().unwrap();
+    let Ok(w) = Arc::try_unwrap(w) else {
+        panic!("the writer's thread is done")
+    };
+    (written, salvaged, w, orphan)
+}
+
+/// The writer lists the journals 300 ms after it took the session, inside
+/// the salvage's wait. Before, the salvage skipped the session ("another
+/// handle writes it", taken to mean before the damage, so replayed then)
+/// and moved the file to `journal/damaged/`; the writer then found no
+/// journal and loaded the session without the five batches only the file
+/// held: acknowledged batches gone, and the next append refused as not
+/// contiguous (or, one batch on, written where they belong). Now the file
+/// moves only once the session's records are in place: the writer reads
+/// it, refuses the damage and lets the session go, and the salvage writes
+/// them back.
+#[test]
+fn a_salvage_never_moves_a_file_a_new_writer_has_not_read() {
+    let dir = fast_tempdir();
+    let (written, salvaged, w, _) =
+        salvage_racing_a_new_writer(dir.path(), Duration::from_millis(300));
+    let (s0, b0) = plan(0);
+    assert!(
+        matches!(written, Err(sessionlog::store::Error::Corrupt { .. })),
+        "the writer reads the damaged file: {written:?}"
+    );
+    assert_eq!(salvaged.len(), 1, "{salvaged:?}");
+    assert!(salvaged[0].moved, "{salvaged:?}");
+    assert!(
+        salvaged[0]
+            .replayed
+            .iter()
+            .any(|(id, n)| id == &s0 && *n == 5),
+        "{salvaged:?}"
+    );
+    assert_eq!(w.read_from(&s0, 0).unwrap(), b0[..6].concat());
+    w.append(&s0, &b0[6]).unwrap();
+    w.verify(&s0).unwrap();
+}
+
+/// The same writer, holding the session past the salvage's wait: the file
+/// stays in `journal/`, the report says why and names the session, the
+/// writer then refuses the damage, and the next salvage finishes the job.
+#[test]
+fn a_salvage_leaves_the_file_while_a_new_writer_holds_its_session() {
+    let dir = fast_tempdir();
+    let (written, salvaged, w, orphan) =
+        salvage_racing_a_new_writer(dir.path(), Duration::from_secs(7));
+    let (s0, b0) = plan(0);
+    assert!(
+        matches!(written, Err(sessionlog::store::Error::Corrupt { .. })),
+        "{written:?}"
+    );
+    assert_eq!(salvaged.len(), 1, "{salvaged:?}");
+    let s = &salvaged[0];
+    assert!(!s.moved, "{salvaged:?}");
+    assert_eq!(s.kept, orphan);
+    assert!(orphan.exists());
+    assert!(
+        s.skipped
+            .iter()
+            .any(|(id, why)| id == &s0 && why.contains("not in place")),
+        "{salvaged:?}"
+    );
+    let again = w.salvage_journals().unwrap();
+    assert!(again.len() == 1 && again[0].moved, "{again:?}");
+    assert!(!orphan.exists());
+    assert_eq!(w.read_from(&s0, 0).unwrap(), b0[..6].concat());
+    w.append(&s0, &b0[6]).unwrap();
+    w.verify(&s0).unwrap();
+}

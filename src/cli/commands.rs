@@ -548,17 +548,26 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
         Command::SalvageJournals => {
             let store = open_writer(dir, false)?;
             let done = store.salvage_journals().map_err(store_err)?;
+            let stayed: Vec<String> = done
+                .iter()
+                .filter(|s| !s.moved)
+                .map(|s| s.kept.display().to_string())
+                .collect();
             if done.is_empty() {
                 writeln!(out, "no damaged journal file without a writer").map_err(io_err)?;
             }
             for s in done {
                 writeln!(
                     out,
-                    "salvaged {} ({} at offset {}): kept as {}; {} read",
+                    "salvaged {} ({} at offset {}): {}; {} read",
                     s.damage.path.display(),
                     s.damage.reason,
                     s.damage.offset,
-                    s.kept.display(),
+                    if s.moved {
+                        format!("kept as {}", s.kept.display())
+                    } else {
+                        "not moved (a session below is still taken)".to_owned()
+                    },
                     if s.entries == 1 {
                         "1 entry".to_owned()
                     } else {
@@ -593,7 +602,15 @@ fn run_store(dir: &Path, command: Command, out: &mut impl Write) -> Result<(), F
                     .map_err(io_err)?;
                 }
             }
-            Ok(())
+            if stayed.is_empty() {
+                Ok(())
+            } else {
+                // Like a session another process writes elsewhere: exit 3.
+                Err(Failure::Io(format!(
+                    "{} not moved: another process took one of its sessions and has not written its records back; run salvage-journals again once it lets the session go",
+                    stayed.join(", ")
+                )))
+            }
         }
         Command::Fork { src, child, at } => {
             let store = open_writer(dir, false)?;

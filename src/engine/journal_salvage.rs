@@ -17,6 +17,13 @@ use crate::journal::{self, Entry};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// How long a salvage waits for the writer of another handle that took one
+/// of a damaged file's sessions and has not written its records back (it
+/// reads the file, refuses the damage and lets the session go within
+/// milliseconds; a writer that stays is reported instead).
+const TAKER_WAIT: Duration = Duration::from_secs(5);
 
 /// Where salvaged journal files are kept, inside the journal directory.
 pub(crate) const DAMAGED_DIR: &str = "damaged";
@@ -42,8 +49,15 @@ pub struct JournalSalvage {
     /// The damage, as [`Store::damaged_journals`] reports it (`path` is
     /// where the file was).
     pub damage: DamagedJournal,
-    /// Where the file is kept now (`journal/damaged/`).
+    /// Where the file is kept now (`journal/damaged/`, or where it was
+    /// when it could not move).
     pub kept: PathBuf,
+    /// Whether the file moved to `journal/damaged/`. It stays in
+    /// `journal/` (and keeps refusing takes of stored sessions) while a
+    /// session of it is written by another handle that took it after the
+    /// damage and has not written its records back: `skipped` names it;
+    /// run the salvage again once that handle lets the session go.
+    pub moved: bool,
     /// Entries that could be read.
     pub entries: u64,
     /// Per session: how many records were written back into its segments
@@ -143,11 +157,34 @@ impl Store {
         })?;
         let mut done = Vec::new();
         let mut files = self.journal_files()?.into_iter();
-        let mut retry = None;
-        let mut pause = std::time::Duration::from_millis(1);
-        while let Some((number, path)) = retry.take().or_else(|| files.next()) {
+        let mut retry: Option<(u64, PathBuf)> = None;
+        let mut pause = Duration::from_millis(1);
+        // How long a file is taken again for a writer of another handle
+        // that has not written back its records yet (see below).
+        let mut deadline = Instant::now();
+        let mut again = |retry: &mut Option<(u64, PathBuf)>, number, path| {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
+            *retry = Some((number, path));
+        };
+        loop {
+            let (number, path, retried) = match retry.take() {
+                Some((number, path)) => (number, path, true),
+                None => match files.next() {
+                    Some((number, path)) => {
+                        deadline = Instant::now() + TAKER_WAIT;
+                        (number, path, false)
+                    }
+                    None => break,
+                },
+            };
             // Exclusive: no replayer reads it while it is moved.
             let Some(orphan) = self.open_orphan(number, &path, true)? else {
+                // Taken again, it was an orphan: a writer taking one of
+                // its sessions reads it (shared) now.
+                if retried && Instant::now() < deadline && self.inner.vfs.exists(&path) {
+                    again(&mut retry, number, path);
+                }
                 continue;
             };
             let damage = match self.scan_journal(&path, &orphan.bytes) {
@@ -167,12 +204,12 @@ impl Store {
             let held: Option<Vec<bool>> = by_session.keys().map(|id| self.holds(id)).collect();
             let Some(held) = held else {
                 drop(orphan);
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(std::time::Duration::from_millis(50));
-                retry = Some((number, path));
+                again(&mut retry, number, path);
                 continue;
             };
             let (mut replayed, mut skipped) = (Vec::new(), Vec::new());
+            let mut moved = true;
+            let mut taken_meanwhile = false;
             for ((id, list), held) in by_session.into_iter().zip(held) {
                 if held {
                     // Taken by this handle, so before the damage: its
@@ -185,7 +222,35 @@ impl Store {
                     source,
                 })?;
                 if held.is_none() {
-                    skipped.push((id.to_owned(), "another handle writes it".to_owned()));
+                    // Taken before the damage, its writer replayed the
+                    // file then, and every record is in place. Taken just
+                    // now, its writer may not have read the file yet: if
+                    // it lists the journals only after the move, it loads
+                    // the session without them. So the file moves only
+                    // once its records are in place; such a writer reads
+                    // the file meanwhile, refuses the damage and lets the
+                    // session go, and the next pass writes them back.
+                    let in_place = match self.entry(id) {
+                        Ok(Some(e)) => self.entries_in_place(&e.dir, &list),
+                        Ok(None) => true,
+                        Err(_) => false,
+                    };
+                    if !in_place {
+                        taken_meanwhile = true;
+                        if Instant::now() < deadline {
+                            break;
+                        }
+                        moved = false;
+                        skipped.push((
+                            id.to_owned(),
+                            "another handle took it, and its records are not in place yet: the file stays in journal/ (run the salvage again once that handle lets the session go)".to_owned(),
+                        ));
+                        continue;
+                    }
+                    skipped.push((
+                        id.to_owned(),
+                        "another handle writes it (its records are in place)".to_owned(),
+                    ));
                     continue;
                 }
                 let entry = match self.entry(id) {
@@ -206,10 +271,20 @@ impl Store {
                     Err(e) => return Err(e),
                 }
             }
-            let kept = self.keep_damaged(&path)?;
+            if taken_meanwhile && moved {
+                drop(orphan);
+                again(&mut retry, number, path);
+                continue;
+            }
+            let kept = if moved {
+                self.keep_damaged(&path)?
+            } else {
+                path.clone()
+            };
             done.push(JournalSalvage {
                 damage,
                 kept,
+                moved,
                 entries: read.entries.len() as u64,
                 replayed,
                 skipped,

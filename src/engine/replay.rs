@@ -353,6 +353,43 @@ impl Store {
         }
         Ok(written)
     }
+
+    /// Whether every record `entries` hold for one session (in `dir`) is
+    /// in its segment already, or needed no longer (its segment removed or
+    /// replaced, as [`Store::replay_entries`] takes them): a replay would
+    /// write nothing. Read without the session's lock, so a read that
+    /// fails (a writer cutting a torn tail meanwhile) counts as not in
+    /// place.
+    pub(super) fn entries_in_place(&self, dir: &Path, entries: &[&Entry<'_>]) -> bool {
+        let mut by_segment: BTreeMap<u64, Vec<&Entry<'_>>> = BTreeMap::new();
+        for en in entries {
+            by_segment.entry(en.segment).or_default().push(en);
+        }
+        by_segment.into_iter().all(|(first_seq, list)| {
+            let path = dir.join(segment::segment_file_name(first_seq));
+            let bytes = match self.inner.vfs.open(&path, false) {
+                Ok(file) => match read_all(&*file) {
+                    Ok(bytes) => bytes,
+                    Err(_) => return false,
+                },
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return true,
+                Err(_) => return false,
+            };
+            let Ok(ident) = segment::read_header(&bytes) else {
+                // Holds no record, and replay writes none into it.
+                return true;
+            };
+            list.iter().all(|en| {
+                ident.store_id != self.inner.store_id
+                    || ident.session_uid != en.uid
+                    || usize::try_from(en.offset).ok().is_some_and(|at| {
+                        at.checked_add(en.record.len())
+                            .and_then(|end| bytes.get(at..end))
+                            == Some(en.record)
+                    })
+            })
+        })
+    }
 }
 
 pub(super) fn read_all(file: &dyn VfsFile) -> io::Result<Vec<u8>> {
