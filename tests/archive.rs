@@ -864,6 +864,62 @@ fn a_deleted_session_leaves_the_bucket_and_other_hosts_lists() {
     }
 }
 
+/// `import --replace` deletes the old session's objects before its local
+/// exchange (the new session's files have the same names). Before, an
+/// exchange that then failed left the old session in place without the
+/// segments only the bucket held (evicted here): its events gone, and
+/// nothing said so until a read failed. Now what only the bucket holds is
+/// fetched back first: the old session stays whole, here and (uploaded
+/// again at close) on another host.
+#[test]
+fn a_replace_whose_exchange_fails_keeps_the_old_session_whole() {
+    for bucket in buckets("replace-fails") {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a");
+        let fail = Arc::new(AtomicU32::new(0));
+        let vfs = Arc::new(hooked_fs::HookedFs {
+            before_exchange: Some(Box::new({
+                let fail = fail.clone();
+                move |_| {
+                    if take(&fail) {
+                        return Err(std::io::Error::other("injected: the exchange fails"));
+                    }
+                    Ok(())
+                }
+            })),
+            ..hooked_fs::HookedFs::default()
+        });
+        let store = Store::open_with_vfs(
+            &dir,
+            host_options(&bucket, "a", EvictionPolicy::immediately()),
+            vfs,
+        )
+        .unwrap();
+        let old = turn_log(120, "old");
+        store.create(SessionHeader::new("s", 0)).unwrap();
+        append_turns(&store, "s", &old);
+        let report = store.archive_sync().unwrap();
+        assert!(report.evicted > 2, "{}: {report:?}", bucket.name);
+
+        let new = turn_log(40, "new");
+        fail.store(1, Ordering::SeqCst);
+        let replaced = store.import(SessionHeader::new("s", 0), &new, true);
+        assert!(replaced.is_err(), "{}: {replaced:?}", bucket.name);
+        store.close().unwrap();
+        // Read from the files (the handle's maps of evicted segments
+        // outlive them).
+        let store =
+            Store::open(&dir, host_options(&bucket, "a", EvictionPolicy::default())).unwrap();
+        assert_eq!(read_all(&store, "s"), old, "{}", bucket.name);
+        store.verify("s").unwrap();
+        store.close().unwrap();
+
+        let (b, _) = new_host(&bucket, &tmp.path().join("b"), "b");
+        assert_eq!(read_all(&b, "s"), old, "{}: another host", bucket.name);
+        b.close().unwrap();
+    }
+}
+
 /// An object store that fails, or hangs, on its first puts.
 #[derive(Debug)]
 struct Flaky {

@@ -328,7 +328,8 @@ impl Store {
             .lock()
             .expect("pending lock")
             .contains_key(&id);
-        let existing = self.entry(&id)?.is_some();
+        let old = self.entry(&id)?;
+        let existing = old.is_some();
         if declared || existing && mode == Publish::New {
             return Err(Error::Exists(id));
         }
@@ -385,8 +386,9 @@ impl Store {
         let mut c = built.expect("built");
         let published = if existing {
             // Issue 17: the old session's objects go first (the new one's
-            // files have the same names).
-            self.archive_forget(&id)?;
+            // files have the same names), once what only the bucket held
+            // of it is local again: the exchange may still fail.
+            self.archive_forget(&id, old.as_ref().map(|e| e.dir.as_path()))?;
             // A failure of the exchange leaves the old session in place; a
             // failure after it (syncing, removing the old) leaves the new
             // one: either way nothing is partial, and the staged path holds

@@ -637,7 +637,7 @@ impl Store {
                 .registry
                 .remove(&entry.dir, id)
                 .map_err(|(path, source)| Error::Io { path, source })?;
-            self.archive_forget(id) // issue 17: its objects too
+            self.archive_forget(id, None) // issue 17: its objects too
         })();
         // A failed delete leaves a session this handle writes as it is
         // (unsynced appends, writer, lock, poison); anything else is

@@ -33,6 +33,9 @@ pub struct HookedFs {
     pub metadata: Option<Rewrite>,
     /// Runs before every directory `fsync`.
     pub before_sync_dir: Option<Hook>,
+    /// Runs before every `RENAME_EXCHANGE` (with its first path); an
+    /// error fails the exchange.
+    pub before_exchange: Option<Gate>,
 }
 
 impl std::fmt::Debug for HookedFs {
@@ -90,6 +93,9 @@ impl Vfs for HookedFs {
         RealFs.rename_noreplace(a, b)
     }
     fn exchange(&self, a: &Path, b: &Path) -> io::Result<()> {
+        if let Some(hook) = &self.before_exchange {
+            hook(a)?;
+        }
         RealFs.exchange(a, b)
     }
     fn remove_file(&self, p: &Path) -> io::Result<()> {

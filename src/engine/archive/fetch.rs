@@ -421,7 +421,15 @@ impl Archive {
 
     /// Deletes session directory `dir`'s objects, `HEADER` first, and
     /// forgets what this handle uploaded of it.
-    pub(super) fn forget(&self, id: &str, dir: &str) -> Result<()> {
+    ///
+    /// With `keep_whole` (the session's local directory, when the session
+    /// stays until a later step succeeds: `import --replace` deletes the
+    /// old session's objects before its exchange), every segment and
+    /// `LINEAGE` the directory lacks (evicted here, or written on another
+    /// host) is fetched into it first: a failure of that later step must
+    /// leave the old session whole, and the bucket's copy is going. Nothing
+    /// is deleted unless every fetch succeeded.
+    pub(super) fn forget(&self, id: &str, dir: &str, keep_whole: Option<&Path>) -> Result<()> {
         let prefix = self.opts.session_key(dir);
         let mut keys: Vec<_> = self
             .list(&prefix)
@@ -429,6 +437,30 @@ impl Archive {
             .into_iter()
             .map(|(k, _)| k)
             .collect();
+        if let Some(local) = keep_whole {
+            for name in keys.iter().filter_map(|k| k.filename()) {
+                let missing = match segment::parse_segment_file_name(name) {
+                    Some(first_seq) => !self.has_local_copy(local, first_seq),
+                    None => name == LINEAGE_FILE && !self.vfs.exists(&local.join(name)),
+                };
+                if missing && !self.fetch_into(id, dir, name, local)? {
+                    // Listed, then gone: another host deleted it meanwhile.
+                    return Err(Error::Archive {
+                        session: Some(id.to_owned()),
+                        key: self.opts.file_key(dir, name).to_string(),
+                        reason: "the object went away while the session was being fetched whole before its objects are deleted".into(),
+                    });
+                }
+            }
+        }
+        // Forgotten before the deletes: were one to fail midway, what this
+        // handle recorded as uploaded must not let an eviction remove a
+        // local file the bucket no longer holds.
+        {
+            let mut st = self.state();
+            st.forget_objects(dir);
+            st.fetched_checkpoints.remove(dir);
+        }
         keys.sort_by_key(|k| k.filename() != Some(HEADER_FILE));
         for key in keys {
             match self.call(|s| {
@@ -439,9 +471,6 @@ impl Archive {
                 Err(e) => return Err(archive_error(Some(id), &key, "deleting", e)),
             }
         }
-        let mut st = self.state();
-        st.forget_objects(dir);
-        st.fetched_checkpoints.remove(dir);
         Ok(())
     }
 

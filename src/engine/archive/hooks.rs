@@ -218,11 +218,14 @@ impl Store {
     /// deleted from the bucket, `HEADER` first (so no host brings in a
     /// half-deleted session), and what this handle recorded of them
     /// forgotten. The lease stays (this handle keeps writing the id).
-    pub(crate) fn archive_forget(&self, id: &str) -> Result<()> {
+    /// `keep_whole`: the session's local directory when it stays until a
+    /// later step succeeds (a replace's exchange): what only the bucket
+    /// holds of it is fetched there first.
+    pub(crate) fn archive_forget(&self, id: &str, keep_whole: Option<&Path>) -> Result<()> {
         let (Some(a), Some(dir)) = (self.archive(), dir_name(id)) else {
             return Ok(());
         };
-        a.forget(id, &dir)
+        a.forget(id, &dir, keep_whole)
     }
 
     /// At close, after every session is released: everything local goes to

@@ -50,7 +50,7 @@ impl Store {
     pub(crate) fn archive_refresh(&self) -> Result<()> {
         Ok(())
     }
-    pub(crate) fn archive_forget(&self, _id: &str) -> Result<()> {
+    pub(crate) fn archive_forget(&self, _id: &str, _keep_whole: Option<&Path>) -> Result<()> {
         Ok(())
     }
     pub(crate) fn archive_close(&self) -> Result<()> {
