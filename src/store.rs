@@ -32,6 +32,9 @@ pub use crate::format::{
     manifest::ManifestError,
     segment::SegmentError,
 };
+/// The largest batch record the format holds (1 GiB): the upper bound of
+/// [`Options::max_record`], and what every read accepts.
+pub const MAX_RECORD_LIMIT: u32 = crate::format::segment::MAX_RECORD_LIMIT;
 /// The `object_store` crate the archive is built on (`archive` feature):
 /// build a backend with it for [`ArchiveOptions::new`], at the version this
 /// crate uses.

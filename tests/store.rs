@@ -1365,3 +1365,55 @@ fn peek_next_seq_reads_without_loading_into_the_handle() {
     assert!(matches!(a.peek_next_seq("s2"), Err(Error::Corrupt { .. })));
     assert_eq!(peek(&a, "s3").0, 2);
 }
+
+/// `Options::max_record` bounds what a handle writes, not what it reads: a
+/// record over the default limit, written by a handle allowed more (the
+/// Node binding writes up to the format's 1 GiB, as the harness's own
+/// backends take an event of any size), reads the same through handles
+/// with the default. Before, a default reader's view of the session ended
+/// silently before that record, and a default writer refused the session
+/// (`TooLarge`).
+#[test]
+fn a_record_over_the_default_limit_reads_through_every_handle() {
+    let dir = common::fast_tempdir();
+    let big = OwnedEvent::new(
+        "note",
+        1,
+        2,
+        &format!(r#"{{"text":"{}"}}"#, "a".repeat(65 << 20)),
+    )
+    .unwrap();
+    let first = OwnedEvent::new("note", 0, 1, "{}").unwrap();
+    let after = OwnedEvent::new("note", 2, 3, "{}").unwrap();
+    let writer = Store::open(
+        dir.path(),
+        Options {
+            max_record: 128 << 20,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    writer.create(SessionHeader::new("s", 0)).unwrap();
+    writer.append("s", std::slice::from_ref(&first)).unwrap();
+    let tail = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(tail.read_from("s", 0).unwrap(), vec![first.clone()]);
+    writer.append("s", std::slice::from_ref(&big)).unwrap();
+    writer.close().unwrap();
+    let all = vec![first, big, after.clone()];
+
+    // A reader that had the session loaded sees the big record come in.
+    assert_eq!(tail.read_from("s", 0).unwrap(), all[..2]);
+    let reader = Store::open_read_only(dir.path()).unwrap();
+    assert_eq!(reader.read_from("s", 0).unwrap(), all[..2]);
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    store.append("s", std::slice::from_ref(&after)).unwrap();
+    assert_eq!(store.read_from("s", 0).unwrap(), all);
+    assert_eq!(tail.read_from("s", 0).unwrap(), all);
+    store.verify("s").unwrap();
+    // What the default handle writes is still bounded by its option.
+    let too_big = OwnedEvent::new("note", 3, 4, all[1].data.get()).unwrap();
+    assert!(matches!(
+        store.append("s", &[too_big]),
+        Err(Error::TooLarge { .. })
+    ));
+}

@@ -182,9 +182,10 @@ impl Store {
     }
 
     /// [`Store::open_read_only`] with the options a reader uses: its
-    /// memory and file bounds (`max_open_sessions`, `max_decoded_images`)
-    /// and the record limit it reads with (`max_record`). The others (about
-    /// writing, and the archive tier) are ignored.
+    /// memory and file bounds (`max_open_sessions`, `max_decoded_images`).
+    /// The others (about writing, `max_record` included: every read takes
+    /// records up to [`MAX_RECORD_LIMIT`](crate::store::MAX_RECORD_LIMIT),
+    /// and the archive tier) are ignored.
     ///
     /// ```no_run
     /// use sessionlog::store::{Options, Store};
@@ -999,14 +1000,15 @@ impl Store {
         }
     }
 
-    /// The largest record a read accepts: the option, or the default when
-    /// that is larger (a store written with the default limit stays
-    /// readable by a handle opened with a smaller one).
+    /// The largest record a read accepts: the format's limit, whatever
+    /// [`Options::max_record`](super::Options::max_record) says (it bounds
+    /// what this handle writes). A record is read through a map or a
+    /// bounded buffer, never allocated from its length field, so a reader
+    /// gains nothing from a lower bound; with one, a record another handle
+    /// wrote under a higher limit would end a reader's view of the session
+    /// there, or fail its load.
     pub(super) fn read_limit(&self) -> u32 {
-        self.inner
-            .options
-            .max_record
-            .max(segment::DEFAULT_MAX_RECORD)
+        segment::MAX_RECORD_LIMIT
     }
 
     /// Maps a segment through the store's file system. Segment files are

@@ -27,7 +27,11 @@ pub struct Options {
     pub durability: Durability,
     /// Roll over to a new segment when the active one would pass this size.
     pub segment_size: u64,
-    /// The largest batch record accepted, in bytes.
+    /// The largest batch record this handle writes, in bytes (an append
+    /// encoding to more is [`Error::TooLarge`](super::Error::TooLarge));
+    /// at most [`MAX_RECORD_LIMIT`](crate::store::MAX_RECORD_LIMIT). Reads
+    /// take any record up to that limit, so a store written with a higher
+    /// `max_record` reads the same through every handle.
     pub max_record: u32,
     /// Write a checkpoint when this many events were appended since the
     /// last one (or when the log's index grew past the checkpoint's size,

@@ -178,6 +178,10 @@ pub fn acquire(root: &Path, wanted: StoreOptions) -> Result<Arc<Shared>> {
     // session adopted after a hot reload keeps its open turn.
     let options = Options {
         close_interrupted_turns: false,
+        // The harness's own backends take an event of any size (one huge
+        // tool result): so does this one, up to the format's limit (and
+        // V8's string length, about 512 MiB, comes first).
+        max_record: sessionlog::store::MAX_RECORD_LIMIT,
         compress_sealed: wanted.compress_sealed,
         journal: wanted.journal,
         max_open_sessions: wanted.max_open_sessions,

@@ -552,3 +552,20 @@ test('listSnapshots past maxOpenSessions keeps this process\'s sessions its own'
   assert.notEqual(await store.readStoredRevision('own'), own)
   await store.close()
 })
+
+test('an event over 64 MiB (one huge tool result) is stored and read back, as the harness backends do', async (t) => {
+  const root = tempRoot(t)
+  const huge = 'r'.repeat(70 << 20)
+  const first = [{ type: 'turn/start', seq: 0, time: 1, data: { turn: 1 } }]
+  const big = [{ type: 'plugin/probe', seq: 1, time: 2, data: { output: huge }, ignorable: true }]
+  const store = addon.openSessionLog(root)
+  await store.appendBatch(JSON.stringify(meta('s')), JSON.stringify(first), false)
+  await store.appendBatch(JSON.stringify(meta('s')), JSON.stringify(big), true)
+  await store.close()
+  const reopened = addon.openSessionLog(root)
+  const [, events] = await readAll(reopened, 's', 0, 1 << 20)
+  assert.equal(events.length, 2)
+  assert.equal(events[1].data.output.length, huge.length)
+  assert.ok(events[1].data.output === huge, 'the same text')
+  await reopened.close()
+})

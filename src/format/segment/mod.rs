@@ -172,8 +172,7 @@ pub enum SegmentError {
     /// A record payload (batch header plus codec bytes) is over the limit.
     #[error(
         "record payload of {size} bytes exceeds the maximum of {max} bytes; \
-         split the batch into smaller appends, or raise max_record when reading \
-         a store written with a larger limit"
+         split the batch into smaller appends, or raise max_record (at most 1 GiB)"
     )]
     RecordTooLarge {
         /// Payload size in bytes.
