@@ -920,6 +920,56 @@ fn a_replace_whose_exchange_fails_keeps_the_old_session_whole() {
     }
 }
 
+/// A background upload pass of the same handle that runs while `import
+/// --replace` is between deleting the old session's objects and its
+/// exchange. Before, it uploaded the old session's files again and
+/// recorded them, so the new session's files under the same names never
+/// went up: another host read the old session's `HEADER` (and segments)
+/// under the new one's name. Now a pass waits for the replace.
+#[test]
+fn an_upload_pass_waits_for_a_replace_between_its_forget_and_its_exchange() {
+    for bucket in buckets("replace-pass") {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a");
+        let armed = Arc::new(AtomicU32::new(0));
+        let vfs = Arc::new(hooked_fs::HookedFs {
+            before_exchange: Some(Box::new({
+                let armed = armed.clone();
+                move |_| {
+                    if take(&armed) {
+                        // Background passes (every 20 ms) have time to run
+                        // before the exchange, unless they wait.
+                        std::thread::sleep(Duration::from_millis(400));
+                    }
+                    Ok(())
+                }
+            })),
+            ..hooked_fs::HookedFs::default()
+        });
+        let mut options = host_options(&bucket, "a", EvictionPolicy::default());
+        options.archive.as_mut().unwrap().upload_interval = Duration::from_millis(20);
+        let store = Store::open_with_vfs(&dir, options, vfs).unwrap();
+        let old = turn_log(60, "old");
+        store.create(SessionHeader::new("s", 0)).unwrap();
+        append_turns(&store, "s", &old);
+        store.archive_sync().unwrap();
+
+        let new = turn_log(90, "new");
+        armed.store(1, Ordering::SeqCst);
+        store
+            .import(SessionHeader::new("s", 7), &new, true)
+            .unwrap();
+        store.archive_sync().unwrap();
+        store.close().unwrap();
+
+        let (b, _) = new_host(&bucket, &tmp.path().join("b"), "b");
+        let listed = b.list().unwrap();
+        assert_eq!(listed[0].created_at, 7, "{}: the new HEADER", bucket.name);
+        assert_eq!(read_all(&b, "s"), new, "{}: another host", bucket.name);
+        b.close().unwrap();
+    }
+}
+
 /// An object store that fails, or hangs, on its first puts.
 #[derive(Debug)]
 struct Flaky {

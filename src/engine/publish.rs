@@ -384,6 +384,8 @@ impl Store {
             return Err(e);
         }
         let mut c = built.expect("built");
+        // No upload pass of this handle between the forget and the exchange.
+        let _quiet = existing.then(|| self.archive_quiet());
         let published = if existing {
             // Issue 17: the old session's objects go first (the new one's
             // files have the same names), once what only the bucket held

@@ -633,6 +633,9 @@ impl Store {
                 s.header = entry.header.clone();
             }
             self.lock_session(&mut s)?;
+            // No upload pass of this handle between the removal and the
+            // forget (it would upload what it read before the removal).
+            let _quiet = self.archive_quiet();
             self.inner
                 .registry
                 .remove(&entry.dir, id)

@@ -214,6 +214,22 @@ impl Store {
         Ok(())
     }
 
+    /// Holds off this handle's upload passes (uploads and evictions) while
+    /// the caller deletes a session's objects and changes its directory. A
+    /// pass in between would upload a replaced session's old files again
+    /// (and record them, so the new ones under the same names would not
+    /// go up), or evict a segment the forget had just found local. Taken
+    /// after the session's slot, never the other way round (a pass takes
+    /// no session).
+    pub(crate) fn archive_quiet(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        let a = self.archive()?;
+        Some(
+            a.passes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
     /// Session `id` is deleted (or about to be replaced): its objects are
     /// deleted from the bucket, `HEADER` first (so no host brings in a
     /// half-deleted session), and what this handle recorded of them

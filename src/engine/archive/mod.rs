@@ -51,6 +51,10 @@ pub(crate) struct Archive {
     pub(super) counters: Counters,
     /// The background uploader, stopped by `close` or drop.
     uploader: Mutex<Option<crate::engine::periodic::Periodic>>,
+    /// Held by each upload pass, and by a delete or replace from before
+    /// it deletes a session's objects until its directory has changed
+    /// (`Store::archive_quiet`).
+    pub(super) passes: Mutex<()>,
     /// The backend answered a put with `If-Match` as not implemented (the
     /// local file system backend): replacing is emulated (section 10.5).
     no_if_match: std::sync::atomic::AtomicBool,
@@ -177,6 +181,7 @@ impl Archive {
             state: Mutex::new(State::default()),
             counters: Counters::default(),
             uploader: Mutex::new(None),
+            passes: Mutex::new(()),
             no_if_match: std::sync::atomic::AtomicBool::new(false),
         })
     }

@@ -50,6 +50,9 @@ impl Store {
     pub(crate) fn archive_refresh(&self) -> Result<()> {
         Ok(())
     }
+    pub(crate) fn archive_quiet(&self) -> Option<()> {
+        None
+    }
     pub(crate) fn archive_forget(&self, _id: &str, _keep_whole: Option<&Path>) -> Result<()> {
         Ok(())
     }

@@ -184,6 +184,10 @@ impl Archive {
     /// One upload pass over the sessions this handle holds, then eviction.
     /// `include_active`: the active segments too (their bytes up to now).
     pub(super) fn pass(&self, include_active: bool) -> Result<ArchiveReport> {
+        let _one = self
+            .passes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let held: Vec<(String, u64)> = self
             .state()
             .held
