@@ -877,18 +877,7 @@ fn a_replace_whose_exchange_fails_keeps_the_old_session_whole() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("a");
         let fail = Arc::new(AtomicU32::new(0));
-        let vfs = Arc::new(hooked_fs::HookedFs {
-            before_exchange: Some(Box::new({
-                let fail = fail.clone();
-                move |_| {
-                    if take(&fail) {
-                        return Err(std::io::Error::other("injected: the exchange fails"));
-                    }
-                    Ok(())
-                }
-            })),
-            ..hooked_fs::HookedFs::default()
-        });
+        let vfs = failing_exchange(&fail);
         let store = Store::open_with_vfs(
             &dir,
             host_options(&bucket, "a", EvictionPolicy::immediately()),
@@ -918,6 +907,20 @@ fn a_replace_whose_exchange_fails_keeps_the_old_session_whole() {
         assert_eq!(read_all(&b, "s"), old, "{}: another host", bucket.name);
         b.close().unwrap();
     }
+}
+
+/// A file system whose exchanges fail while `fail` counts down.
+fn failing_exchange(fail: &Arc<AtomicU32>) -> Arc<hooked_fs::HookedFs> {
+    let fail = fail.clone();
+    Arc::new(hooked_fs::HookedFs {
+        before_exchange: Some(Box::new(move |_| {
+            if take(&fail) {
+                return Err(std::io::Error::other("injected: the exchange fails"));
+            }
+            Ok(())
+        })),
+        ..hooked_fs::HookedFs::default()
+    })
 }
 
 /// A background upload pass of the same handle that runs while `import
@@ -970,6 +973,73 @@ fn an_upload_pass_waits_for_a_replace_between_its_forget_and_its_exchange() {
     }
 }
 
+/// Another process of the host (a second handle on the same directory,
+/// which does not write the session) evicting while `import --replace` is
+/// deleting the old session's objects. Before, its eviction (confirmed by a
+/// `HEAD`, the objects not yet deleted) removed segments the replace had
+/// just found local, so a failed exchange left the old session without
+/// them, and their objects deleted too. Now an eviction holds the writer
+/// lock of a session it does not write while it removes its files: a
+/// session being replaced (or written) elsewhere is left to that handle.
+#[test]
+fn another_handles_eviction_leaves_a_session_being_replaced_whole() {
+    for bucket in buckets("replace-evict") {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a");
+        let fail = Arc::new(AtomicU32::new(0));
+        let vfs = failing_exchange(&fail);
+        let flaky = Arc::new(Flaky::over(bucket.store.clone()));
+        let mut options = host_options(&bucket, "a", EvictionPolicy::default());
+        options.archive.as_mut().unwrap().store = flaky.clone();
+        let writer = Store::open_with_vfs(&dir, options, vfs).unwrap();
+        let old = turn_log(120, "old");
+        writer.create(SessionHeader::new("s", 0)).unwrap();
+        append_turns(&writer, "s", &old);
+        writer.archive_sync().unwrap();
+        let local = segment_files(&dir.join("sessions").join("s"));
+        assert!(local.len() > 2, "{}: {local:?}", bucket.name);
+        let evictor = Store::open(
+            &dir,
+            host_options(&bucket, "a", EvictionPolicy::immediately()),
+        )
+        .unwrap();
+
+        fail.store(1, Ordering::SeqCst);
+        flaky.park_deletes.store(1, Ordering::SeqCst);
+        let evicted = std::thread::scope(|scope| {
+            let replace = scope
+                .spawn(|| writer.import(SessionHeader::new("s", 0), &turn_log(40, "new"), true));
+            while flaky.parked.load(Ordering::SeqCst) == 0 && !replace.is_finished() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let report = evictor.archive_sync();
+            flaky.release.store(1, Ordering::SeqCst);
+            let replaced = replace.join().unwrap();
+            assert!(replaced.is_err(), "{}: {replaced:?}", bucket.name);
+            report.unwrap().evicted
+        });
+        assert_eq!(evicted, 0, "{}", bucket.name);
+        assert_eq!(
+            segment_files(&dir.join("sessions").join("s")),
+            local,
+            "{}",
+            bucket.name
+        );
+        writer.close().unwrap();
+        let store =
+            Store::open(&dir, host_options(&bucket, "a", EvictionPolicy::default())).unwrap();
+        assert_eq!(read_all(&store, "s"), old, "{}", bucket.name);
+        store.close().unwrap();
+
+        // With no writer left, the other handle evicts the session's
+        // sealed segments (uploaded again at the writer's close).
+        let report = evictor.archive_sync().unwrap();
+        assert!(report.evicted > 2, "{}: {report:?}", bucket.name);
+        assert_eq!(read_all(&evictor, "s"), old, "{}", bucket.name);
+        evictor.close().unwrap();
+    }
+}
+
 /// An object store that fails, or hangs, on its first puts.
 #[derive(Debug)]
 struct Flaky {
@@ -981,6 +1051,25 @@ struct Flaky {
     hang_before: AtomicU32,
     /// Puts that complete, then hang: the answer never comes.
     hang_after: AtomicU32,
+    /// Deletes that wait (up to 10 s) for `release` before going on; each
+    /// one sets `parked` first.
+    park_deletes: AtomicU32,
+    parked: AtomicU32,
+    release: AtomicU32,
+}
+
+impl Flaky {
+    fn over(inner: Arc<dyn ObjectStore>) -> Flaky {
+        Flaky {
+            inner,
+            fail: AtomicU32::new(0),
+            hang_before: AtomicU32::new(0),
+            hang_after: AtomicU32::new(0),
+            park_deletes: AtomicU32::new(0),
+            parked: AtomicU32::new(0),
+            release: AtomicU32::new(0),
+        }
+    }
 }
 
 impl std::fmt::Display for Flaky {
@@ -1033,6 +1122,15 @@ impl ObjectStore for Flaky {
         self.inner.get_opts(location, options).await
     }
     async fn delete(&self, location: &ObjectPath) -> object_store::Result<()> {
+        if take(&self.park_deletes) {
+            self.parked.store(1, Ordering::SeqCst);
+            for _ in 0..1000 {
+                if self.release.load(Ordering::SeqCst) != 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
         self.inner.delete(location).await
     }
     fn list(
@@ -1064,12 +1162,7 @@ fn uploads_that_fail_or_hang_are_retried_and_never_leave_a_partial_object() {
     for bucket in buckets("flaky") {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("a");
-        let flaky = Arc::new(Flaky {
-            inner: bucket.store.clone(),
-            fail: AtomicU32::new(0),
-            hang_before: AtomicU32::new(0),
-            hang_after: AtomicU32::new(0),
-        });
+        let flaky = Arc::new(Flaky::over(bucket.store.clone()));
         let mut opts = host_options(&bucket, "a", EvictionPolicy::immediately());
         let archive = opts.archive.as_mut().unwrap();
         archive.store = flaky.clone();

@@ -296,6 +296,13 @@ impl LockTable {
         }
     }
 
+    /// Whether this table holds session `id`'s byte exclusively: this
+    /// handle writes the session (or maintains it for a moment).
+    #[cfg_attr(not(feature = "archive"), allow(dead_code))] // archive eviction
+    pub(crate) fn holds(&self, id: &str) -> bool {
+        self.held.lock().expect("lock table").get(&lock_key(id)) == Some(&Held::Exclusive)
+    }
+
     /// Whether some other handle holds the writer lock of `id` right now
     /// (a snapshot: it may change the next moment).
     pub(crate) fn is_locked_elsewhere(&self, id: &str) -> io::Result<bool> {
@@ -335,7 +342,9 @@ mod tests {
         // kernel would grant it: one open file description).
         let first = a.try_lock("s1").unwrap().expect("free");
         assert!(a.try_lock("s1").unwrap().is_none(), "held by this table");
+        assert!(a.holds("s1") && !b.holds("s1") && !a.holds("s2"));
         drop(first);
+        assert!(!a.holds("s1"));
         assert!(a.try_lock("s1").unwrap().is_some(), "released");
         // A shared byte stays locked until its last holder drops it (one
         // F_UNLCK would drop it for all of them).

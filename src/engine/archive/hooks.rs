@@ -86,6 +86,9 @@ pub(crate) fn after_open(store: &Store, archive: Option<Arc<Archive>>) -> Result
             archive.state().held.insert(name, rec.epoch);
         }
     }
+    if let Some(locks) = &store.inner.locks {
+        let _ = archive.locks.set(locks.clone());
+    }
     archive.start_uploader();
     let _ = store.inner.archive.set(archive);
     Ok(())

@@ -58,6 +58,11 @@ pub(crate) struct Archive {
     /// The backend answered a put with `If-Match` as not implemented (the
     /// local file system backend): replacing is emulated (section 10.5).
     no_if_match: std::sync::atomic::AtomicBool,
+    /// The store's lock table (set once the store is open): an eviction
+    /// holds the writer lock of a session it does not write while it
+    /// removes that session's files, so no replace or delete of another
+    /// process is between its check of a segment and its exchange.
+    pub(super) locks: std::sync::OnceLock<Arc<crate::engine::locks::LockTable>>,
 }
 
 /// What the archive remembers between passes.
@@ -183,6 +188,7 @@ impl Archive {
             uploader: Mutex::new(None),
             passes: Mutex::new(()),
             no_if_match: std::sync::atomic::AtomicBool::new(false),
+            locks: std::sync::OnceLock::new(),
         })
     }
 

@@ -18,10 +18,11 @@ use super::{Archive, archive_error};
 use crate::checkpoint::{CHECKPOINT_FILE, Checkpoint};
 use crate::engine::error::{Error, Result, io_at};
 use crate::engine::periodic::Periodic;
-use crate::engine::registry::HEADER_FILE;
+use crate::engine::registry::{HEADER_FILE, decode_header};
 use crate::lineage::LINEAGE_FILE;
 use crate::segment;
 use crate::vfs::SegmentBytes;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -115,6 +116,15 @@ impl Gate {
         self.checked = true;
         Ok(())
     }
+}
+
+/// Whose a session directory is, as an eviction sees it.
+#[derive(Clone)]
+struct Owner {
+    id: String,
+    uid: [u8; 16],
+    /// This handle writes it (holds its writer lock).
+    ours: bool,
 }
 
 /// One segment of a session directory as the uploader sees it.
@@ -411,14 +421,35 @@ impl Archive {
         Ok(None)
     }
 
+    /// The id and uid of session directory `dir` (from its `HEADER`), and
+    /// whether this handle writes it; `None` when it has no readable
+    /// `HEADER`.
+    fn owner(&self, dir: &str) -> Option<Owner> {
+        let bytes = self
+            .vfs
+            .read_file(&self.sessions_dir.join(dir).join(HEADER_FILE))
+            .ok()?;
+        let (header, uid) = decode_header(&bytes).ok()?;
+        let ours = self.locks.get().is_some_and(|l| l.holds(&header.id));
+        Some(Owner {
+            id: header.id,
+            uid,
+            ours,
+        })
+    }
+
     /// Whether `<dir>/<name>` is in the bucket at length `len`: recorded by
-    /// this handle's upload, or else confirmed with a `HEAD`.
-    fn confirmed(&self, dir: &str, name: &str, len: u64) -> Result<bool> {
-        if self
-            .state()
-            .uploaded
-            .get(&(dir.to_owned(), name.to_owned()))
-            .is_some_and(|(l, sealed)| *sealed && *l == len)
+    /// this handle's upload (trusted only while this handle writes the
+    /// session, `ours`: another process may have replaced it since, and
+    /// the new session's file of that name is not that upload), or else
+    /// confirmed with a `HEAD`.
+    fn confirmed(&self, dir: &str, name: &str, len: u64, ours: bool) -> Result<bool> {
+        if ours
+            && self
+                .state()
+                .uploaded
+                .get(&(dir.to_owned(), name.to_owned()))
+                .is_some_and(|(l, sealed)| *sealed && *l == len)
         {
             return Ok(true);
         }
@@ -493,12 +524,49 @@ impl Archive {
         candidates.sort();
         let now = SystemTime::now();
         let mut evicted = 0;
+        // Each candidate's session: its id and uid, and whether this
+        // handle writes it (read once per pass).
+        let mut owners: HashMap<String, Option<Owner>> = HashMap::new();
         for (modified, dir, name, len, object, object_len) in candidates {
             let old = policy
                 .older_than
                 .is_some_and(|age| now.duration_since(modified).unwrap_or_default() >= age);
             let over = policy.max_local_bytes.is_some_and(|max| total > max);
-            if !(old || over) || !self.confirmed(&dir, &object, object_len)? {
+            if !(old || over) {
+                continue;
+            }
+            let Some(owner) = owners
+                .entry(dir.clone())
+                .or_insert_with(|| self.owner(&dir))
+                .clone()
+            else {
+                continue; // no readable HEADER: not evicted on its word
+            };
+            if !self.confirmed(&dir, &object, object_len, owner.ours)? {
+                continue;
+            }
+            // A session another handle (here or in another process) may
+            // replace or delete: its writer lock is held across the
+            // removal, so no replace is between its check that the
+            // segment is local (what it fetches back before deleting the
+            // objects) and its exchange. A writer refused meanwhile waits
+            // (the maintenance byte). The uid checked again under the
+            // lock: a replace that ended since the check above made the
+            // file another session's, whose object may not be up yet.
+            // Both held for this one removal only (not across the next
+            // candidate's `HEAD`): a writer refused while the maintenance
+            // byte is held waits rather than being told `Locked`.
+            let _lock = match (owner.ours, self.locks.get()) {
+                (false, Some(locks)) => {
+                    let maintenance = locks.maintenance().map_err(io_at(locks.path()))?;
+                    match locks.try_lock(&owner.id).map_err(io_at(locks.path()))? {
+                        Some(lock) => Some((lock, maintenance)),
+                        None => continue, // its writer (or a replace) evicts it
+                    }
+                }
+                _ => None,
+            };
+            if !owner.ours && self.owner(&dir).map(|o| o.uid) != Some(owner.uid) {
                 continue;
             }
             let path = self.sessions_dir.join(&dir).join(&name);
