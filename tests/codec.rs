@@ -9,8 +9,8 @@
 use proptest::prelude::*;
 use serde_json::value::RawValue;
 use sessionlog::codec::{
-    BatchDecoder, CodecError, EncodeOptions, PACK_MAX_RATIO, PACK_SLACK, decode_batch,
-    encode_batch, encode_batch_indexed, encode_batch_with,
+    BatchDecoder, CodecError, EncodeOptions, PACK_MAX_RATIO, PACK_SLACK, Pack, decode_batch,
+    encode_batch, encode_batch_indexed, encode_batch_prepacked, encode_batch_with,
 };
 use sessionlog::event::{Event, OwnedEvent, SurfaceOp};
 use std::borrow::Cow;
@@ -64,6 +64,7 @@ fn assert_round_trip(events: &[Event<'_>], prev_time: i64) {
     let first_seq = events.first().map_or(7, |e| e.seq);
     for options in [EncodeOptions::default(), VERBATIM, STORE] {
         assert_indexed(events, prev_time, options);
+        assert_prepacked(events, prev_time, options);
         let bytes = encode(events, prev_time, options);
         let back = decode(&bytes, first_seq, events.len(), prev_time).unwrap();
         assert_eq!(back, events, "{options:?}");
@@ -115,6 +116,62 @@ fn assert_indexed(events: &[Event<'_>], prev_time: i64, options: EncodeOptions) 
             assert_eq!(range, &None, "{options:?}: event {i} is packed");
         }
     }
+}
+
+/// A pack built apart (gathered, compressed on another thread, as the
+/// store does for a large batch) gives the bytes and data ranges of an
+/// encode on one thread; a pack gathered but never compressed gives a batch
+/// with every data field verbatim, which decodes to the same events.
+fn assert_prepacked(events: &[Event<'_>], prev_time: i64, options: EncodeOptions) {
+    let first_seq = events.first().map_or(7, |e| e.seq);
+    let mut plain = Vec::new();
+    let mut plain_ranges = Vec::new();
+    encode_batch_indexed(events, prev_time, options, &mut plain, &mut plain_ranges).unwrap();
+    let mut pack = Pack::default();
+    // Buffers reused from a different batch must not leak into this one.
+    pack.gather(&[ev("other", 1, 0, r#""left over""#).borrowed()], options);
+    pack.gather(events, options);
+    let compressed = std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                pack.compress();
+                pack
+            })
+            .join()
+            .unwrap()
+    });
+    let mut out = b"before".to_vec();
+    let mut ranges = vec![None];
+    encode_batch_prepacked(
+        events,
+        prev_time,
+        options,
+        &compressed,
+        &mut out,
+        &mut ranges,
+    )
+    .unwrap();
+    assert_eq!(&out[6..], plain, "{options:?}: prepacked bytes");
+    assert_eq!(ranges, plain_ranges, "{options:?}: prepacked ranges");
+
+    let mut gathered = Pack::default();
+    gathered.gather(events, options);
+    let mut out = Vec::new();
+    encode_batch_prepacked(events, prev_time, options, &gathered, &mut out, &mut ranges).unwrap();
+    let back = decode(&out, first_seq, events.len(), prev_time).unwrap();
+    assert_eq!(back, events, "{options:?}: an uncompressed pack");
+    assert!(back.iter().all(|e| e.data.is_borrowed()), "all verbatim");
+    assert_eq!(ranges.iter().flatten().count(), events.len());
+
+    // A pack of other events is never used: the batch is stored verbatim.
+    let mut other = Pack::default();
+    let big = format!(r#""{}""#, "other ".repeat(500));
+    other.gather(&[ev("other", 1, 0, &big).borrowed()], options);
+    other.compress();
+    let mut out = Vec::new();
+    encode_batch_prepacked(events, prev_time, options, &other, &mut out, &mut ranges).unwrap();
+    let back = decode(&out, first_seq, events.len(), prev_time).unwrap();
+    assert_eq!(back, events, "{options:?}: a pack of other events");
 }
 
 fn varied_events() -> Vec<OwnedEvent> {

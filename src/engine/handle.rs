@@ -44,6 +44,8 @@ pub(super) struct Inner {
     /// The background compression of sealed segments
     /// (`Options::compress_sealed`, writable handles).
     pub(super) compressor: Option<super::compress::Compressor>,
+    /// Compresses large batches' packs on another core (issue 18).
+    pub(super) packer: super::packer::PackHelper,
     /// The per-session writer locks (`None`: a read-only handle on a store
     /// no writer ever opened, so no session can be locked).
     pub(super) locks: Option<Arc<LockTable>>,
@@ -326,6 +328,7 @@ impl Store {
                 manifest: Mutex::new(manifest),
                 manifest_durable: AtomicBool::new(manifest_durable),
                 compressor,
+                packer: super::packer::PackHelper::new(),
                 locks,
                 registry,
                 closed: AtomicBool::new(false),

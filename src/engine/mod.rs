@@ -50,6 +50,7 @@ pub(crate) mod journal_salvage;
 pub(crate) mod load;
 pub(crate) mod locks;
 pub(crate) mod options;
+mod packer;
 pub(crate) mod periodic;
 pub(crate) mod publish;
 pub(crate) mod read;

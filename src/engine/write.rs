@@ -18,6 +18,13 @@ use std::time::{Duration, Instant};
 /// maintenance (format-spec section 9) before it reports `Locked`.
 const MAINTENANCE_WAIT: Duration = Duration::from_secs(10);
 
+/// How a record's events are encoded: message events verbatim (derive
+/// reads them in place), the rest packed when that pays.
+const RECORD_ENCODING: codec::EncodeOptions = codec::EncodeOptions {
+    compress: true,
+    verbatim_surface: true,
+};
+
 /// A session identity for segment salting: distinct per creation, so a
 /// deleted and re-created session's stale segments cannot validate.
 pub(super) fn new_uid(id: &str) -> [u8; 16] {
@@ -259,18 +266,31 @@ impl Store {
             ..
         } = &mut *s;
         let view = View { segs, node_locs };
+        // A large batch's pack is compressed on the other core meanwhile.
+        let pending = self.inner.packer.start(events, RECORD_ENCODING);
         let undo = state
             .append_batch_undoable(events, &view)
             .map_err(|violation| rejected(&id, events, violation))?;
-        if let Err(e) = self.write_batch(s, events) {
+        let pack = pending.and_then(|p| p.wait());
+        let written = self.write_batch(s, events, pack.as_ref());
+        if let Some(pack) = pack {
+            self.inner.packer.recycle(pack);
+        }
+        if let Err(e) = written {
             s.state.revert(undo);
             return Err(e);
         }
         Ok(())
     }
 
-    /// Steps 2-4 of an append, after the fold accepted the batch.
-    pub(super) fn write_batch(&self, s: &mut Session, events: &[Event<'_>]) -> Result<()> {
+    /// Steps 2-4 of an append, after the fold accepted the batch. `pack`:
+    /// the batch's pack, when the helper built it.
+    pub(super) fn write_batch(
+        &self,
+        s: &mut Session,
+        events: &[Event<'_>],
+        pack: Option<&codec::Pack>,
+    ) -> Result<()> {
         let opts = &self.inner.options;
         let id = s.header.id.clone();
         let mut payload = Vec::new();
@@ -280,13 +300,10 @@ impl Store {
         // verbatim `data` lands, so indexing the batch below needs no
         // re-decode of what was just written.
         let mut data_ranges = Vec::with_capacity(events.len());
-        codec::encode_batch_indexed(
+        super::packer::encode(
             events,
-            0,
-            codec::EncodeOptions {
-                compress: true,
-                verbatim_surface: true,
-            },
+            RECORD_ENCODING,
+            pack,
             &mut payload,
             &mut data_ranges,
         )

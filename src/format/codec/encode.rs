@@ -109,6 +109,100 @@ fn encode(
     mut data_ranges: Option<&mut Vec<Option<Range<usize>>>>,
 ) -> Result<(), CodecError> {
     // The only failure; checked first so that a failed call changes nothing.
+    check_contiguous(events)?;
+    if let Some(ranges) = data_ranges.as_deref_mut() {
+        ranges.clear();
+        ranges.reserve(events.len());
+    }
+    Packer::with(|packer| {
+        let packed = options.compress && packer.pack(events, options);
+        let pack = packed.then(|| (packer.raw.len(), &packer.frame[..]));
+        encode_events(events, prev_time, options, out, data_ranges, pack);
+    });
+    Ok(())
+}
+
+/// The pack of one batch built apart from its encoding, so that its
+/// compression (most of an encode's time in a large batch) can run on
+/// another thread while the appending thread checks the batch: gathered
+/// ([`Pack::gather`]) where the events are, compressed ([`Pack::compress`])
+/// anywhere, then given with the same events and options to
+/// [`encode_batch_prepacked`], which writes what [`encode_batch_indexed`]
+/// would.
+#[derive(Debug, Default)]
+pub struct Pack {
+    raw: Vec<u8>,
+    frame: Vec<u8>,
+    /// Compressed, and worth keeping.
+    keep: bool,
+}
+
+impl Pack {
+    /// Gathers the data `events` put in a pack under `options`, not yet
+    /// compressed, replacing what this pack held (its buffers are reused).
+    pub fn gather(&mut self, events: &[Event<'_>], options: EncodeOptions) {
+        gather_into(&mut self.raw, events, options);
+        self.frame.clear();
+        self.keep = false;
+    }
+
+    /// The bytes its buffers hold allocated.
+    pub fn capacity(&self) -> usize {
+        self.raw.capacity() + self.frame.capacity()
+    }
+
+    /// Compresses what was gathered, with this thread's Zstandard context,
+    /// and decides (as the encoder does) whether the pack pays.
+    pub fn compress(&mut self) {
+        let mut keep = false;
+        Packer::with(|packer| {
+            keep = packer.compress_into(&self.raw, &mut self.frame);
+        });
+        self.keep = keep;
+    }
+}
+
+/// [`encode_batch_indexed`] with the batch's pack built already: `pack`
+/// is [`Pack::gather`]ed from these `events` with these `options` (then
+/// compressed, or not: an uncompressed pack stores every data field
+/// verbatim). The bytes are those [`encode_batch_indexed`] writes. A pack
+/// whose length is not what these events gather is not used (every data
+/// field verbatim): the batch stays readable whatever the caller passed.
+pub fn encode_batch_prepacked(
+    events: &[Event<'_>],
+    prev_time: i64,
+    options: EncodeOptions,
+    pack: &Pack,
+    out: &mut Vec<u8>,
+    data_ranges: &mut Vec<Option<Range<usize>>>,
+) -> Result<(), CodecError> {
+    check_contiguous(events)?;
+    data_ranges.clear();
+    data_ranges.reserve(events.len());
+    // A pack gathered from other events would make every packed field
+    // decode wrong: never used, whatever the caller did (this batch is
+    // then stored with every data field verbatim).
+    let gathered: usize = events
+        .iter()
+        .filter(|ev| packable(ev, options))
+        .map(|ev| ev.data.get().len())
+        .sum();
+    let pack = (options.compress && pack.keep && pack.raw.len() == gathered)
+        .then(|| (pack.raw.len(), &pack.frame[..]));
+    encode_events(events, prev_time, options, out, Some(data_ranges), pack);
+    Ok(())
+}
+
+/// Appends to `raw` the data of every event of `events` the pack takes.
+fn gather_into(raw: &mut Vec<u8>, events: &[Event<'_>], options: EncodeOptions) {
+    raw.clear();
+    for ev in events.iter().filter(|ev| packable(ev, options)) {
+        raw.extend_from_slice(ev.data.get().as_bytes());
+    }
+}
+
+/// Fails unless the seqs of `events` are contiguous.
+fn check_contiguous(events: &[Event<'_>]) -> Result<(), CodecError> {
     if let Some(first) = events.first() {
         for (index, ev) in events.iter().enumerate() {
             let expected = first.seq.checked_add(index as u64);
@@ -121,21 +215,6 @@ fn encode(
             }
         }
     }
-    if let Some(ranges) = data_ranges.as_deref_mut() {
-        ranges.clear();
-        ranges.reserve(events.len());
-    }
-    Packer::with(|packer| {
-        let packed = options.compress && packer.pack(events, options);
-        encode_events(
-            events,
-            prev_time,
-            options,
-            out,
-            data_ranges,
-            packed.then_some(&*packer),
-        );
-    });
     Ok(())
 }
 
@@ -191,11 +270,19 @@ impl Packer {
     /// Builds and compresses the pack of `events`; true when it is worth
     /// keeping (then `frame` holds it), false to store all data verbatim.
     fn pack(&mut self, events: &[Event<'_>], options: EncodeOptions) -> bool {
-        self.raw.clear();
-        for ev in events.iter().filter(|ev| packable(ev, options)) {
-            self.raw.extend_from_slice(ev.data.get().as_bytes());
-        }
-        let p = self.raw.len();
+        gather_into(&mut self.raw, events, options);
+        let raw = std::mem::take(&mut self.raw);
+        let mut frame = std::mem::take(&mut self.frame);
+        let keep = self.compress_into(&raw, &mut frame);
+        self.raw = raw;
+        self.frame = frame;
+        keep
+    }
+
+    /// Compresses `raw` into `frame` with this packer's context; true when
+    /// the pack pays.
+    fn compress_into(&mut self, raw: &[u8], frame: &mut Vec<u8>) -> bool {
+        let p = raw.len();
         if p <= MIN_PACK_SAVING {
             return false;
         }
@@ -206,9 +293,9 @@ impl Packer {
         let Some(zstd) = self.zstd.as_mut() else {
             return false;
         };
-        self.frame.clear();
-        self.frame.reserve(zstd::zstd_safe::compress_bound(p));
-        let Ok(z) = zstd.compress_to_buffer(&self.raw[..], &mut self.frame) else {
+        frame.clear();
+        frame.reserve(zstd::zstd_safe::compress_bound(p));
+        let Ok(z) = zstd.compress_to_buffer(raw, frame) else {
             return false;
         };
         // Both forms write the same per-event lengths and one varint P (0 for
@@ -218,21 +305,21 @@ impl Packer {
     }
 }
 
-/// The body of [`encode`], after the seqs are checked. `pack` is the packer
-/// holding this batch's compressed pack, when there is one.
+/// The body of [`encode`], after the seqs are checked. `pack` is this
+/// batch's pack, when there is one: its decoded length and its frame.
 fn encode_events(
     events: &[Event<'_>],
     prev_time: i64,
     options: EncodeOptions,
     out: &mut Vec<u8>,
     mut data_ranges: Option<&mut Vec<Option<Range<usize>>>>,
-    pack: Option<&Packer>,
+    pack: Option<(usize, &[u8])>,
 ) {
     let start = out.len();
     match pack {
-        Some(pack) => {
-            put_varint(out, pack.raw.len() as u64);
-            put_bytes(out, &pack.frame);
+        Some((raw_len, frame)) => {
+            put_varint(out, raw_len as u64);
+            put_bytes(out, frame);
         }
         None => put_varint(out, 0),
     }

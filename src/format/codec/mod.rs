@@ -99,7 +99,7 @@ mod varint;
 #[cfg(any(test, feature = "internals"))]
 pub use decode::BatchDecoder;
 pub use decode::decode_batch;
-pub use encode::{EncodeOptions, encode_batch_indexed};
+pub use encode::{EncodeOptions, Pack, encode_batch_indexed, encode_batch_prepacked};
 #[cfg(any(test, feature = "internals"))]
 pub use encode::{encode_batch, encode_batch_with};
 
