@@ -601,3 +601,76 @@ fn a_failed_checkpoint_does_not_fail_a_durable_append() {
     }
     assert!(hit > 3, "{hit}");
 }
+
+/// Runs `read` on a fresh handle of `root` once per operation it makes,
+/// that operation failing with `EMFILE` (out of file descriptors): each
+/// run either succeeds with `want` or fails with an error
+/// [`Error::is_transient`] says is transient, never one that takes the
+/// moment for damage; and the same read on the same handle then succeeds
+/// (nothing was remembered as damage). Returns the runs that failed.
+fn transient_at_every_operation<T: PartialEq + std::fmt::Debug>(
+    root: &Path,
+    what: &str,
+    want: &T,
+    read: impl Fn(&Store) -> Result<T, Error>,
+) -> usize {
+    let mut failed = 0;
+    for n in 1.. {
+        let fault = FaultFs::new(vfs::real(), FaultPlan::default());
+        let fs: Arc<dyn Vfs> = Arc::new(fault.clone());
+        let store = Store::open_with_vfs(root, options(), fs).unwrap();
+        fault.set_plan(FaultPlan {
+            fail_at: Some(fault.ops() + n),
+            kind: FaultKind::Emfile,
+            ..FaultPlan::default()
+        });
+        let got = read(&store);
+        let injected = fault.injected() > 0;
+        fault.set_plan(FaultPlan::default());
+        match got {
+            Ok(got) => assert_eq!(&got, want, "{what}, operation {n}"),
+            Err(e) => {
+                assert!(injected, "{what}: {e}");
+                assert!(
+                    e.is_transient(),
+                    "{what}: EMFILE at {:?} was reported as {e:?}",
+                    fault.failed_ops()
+                );
+                failed += 1;
+            }
+        }
+        assert_eq!(&read(&store).unwrap(), want, "{what}, operation {n}: again");
+        if !injected {
+            break;
+        }
+    }
+    failed
+}
+
+/// A read that runs out of file descriptors for a moment is reported as
+/// that (`Error::is_transient`), never as a damaged session: the Node
+/// binding lists such a session with an error rather than an invented
+/// `unreadable` revision, which told the harness the session had changed.
+#[test]
+fn a_transient_error_while_reading_is_never_taken_for_damage() {
+    let dir = fast_tempdir();
+    let root = dir.path().join("store");
+    let log = turn_log(40, "t");
+    {
+        let store = Store::open(&root, options()).unwrap();
+        store.create(SessionHeader::new("s", 0)).unwrap();
+        for chunk in log.chunks(7) {
+            store.append("s", chunk).unwrap();
+        }
+        store.close().unwrap();
+    }
+    let next = log.len() as u64;
+    let mut failed = 0;
+    failed += transient_at_every_operation(&root, "peek_next_seq", &next, |s| {
+        s.peek_next_seq("s").map(|(n, _)| n)
+    });
+    failed += transient_at_every_operation(&root, "read_from", &log, |s| s.read_from("s", 0));
+    failed += transient_at_every_operation(&root, "list", &1, |s| s.list().map(|l| l.len()));
+    println!("reads failed by the fault: {failed}");
+    assert!(failed > 3, "only {failed} reads met the fault");
+}

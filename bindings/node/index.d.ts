@@ -54,7 +54,9 @@ export declare class SessionLog {
    * `{"header","revision"}[]` of the stored sessions (those `list` lists), each
    * revision as readStoredRevision reports it. A damaged session is listed, with
    * its `...:unreadable` revision (its loadStored reports the damage); one deleted
-   * while the listing runs is left out. Keeps no session loaded, so a listing past
+   * while the listing runs is left out. A transient failure (out of file
+   * descriptors or memory for a moment) rejects the listing rather than
+   * making up a revision. Keeps no session loaded, so a listing past
    * `maxOpenSessions` releases none of this process's sessions or writer locks.
    */
   listSnapshots(): Promise<string>

@@ -206,6 +206,74 @@ pub enum Error {
 /// A result of the store.
 pub type Result<T> = std::result::Result<T, Error>;
 
+impl Error {
+    /// Whether the same call may succeed if simply tried again: the
+    /// operating system ran out of something for a moment (file
+    /// descriptors, memory, buffer space), or a call was interrupted or
+    /// would have blocked. Such an error says nothing about the session's
+    /// bytes, so a caller must not take it for damage (report the session
+    /// as unreadable, or quarantine it): it retries, or passes the error
+    /// on. [`Error::Archive`] is not classified (it covers both requests
+    /// that failed and objects found damaged): `false`.
+    ///
+    /// ```
+    /// use sessionlog::store::Error;
+    /// let emfile = Error::Io {
+    ///     path: "s/00000000000000000000.seg".into(),
+    ///     source: std::io::Error::from_raw_os_error(24), // EMFILE
+    /// };
+    /// assert!(emfile.is_transient());
+    /// let missing = Error::Io {
+    ///     path: "s/00000000000000000000.seg".into(),
+    ///     source: std::io::ErrorKind::NotFound.into(),
+    /// };
+    /// assert!(!missing.is_transient());
+    /// ```
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Io { source, .. } => io_is_transient(source),
+            Error::Segment {
+                source: segment::SegmentError::Io(source),
+                ..
+            } => io_is_transient(source),
+            _ => false,
+        }
+    }
+}
+
+/// An OS error that a retry may not meet again (see [`Error::is_transient`]),
+/// itself or as the source of an error that wraps it with context.
+fn io_is_transient(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    let direct = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            Interrupted | WouldBlock | OutOfMemory | TimedOut | ResourceBusy
+        ) || matches!(
+            e.raw_os_error(),
+            Some(
+                libc::EMFILE
+                    | libc::ENFILE
+                    | libc::ENOMEM
+                    | libc::ENOBUFS
+                    | libc::EAGAIN
+                    | libc::EINTR
+            )
+        )
+    };
+    if direct(e) {
+        return true;
+    }
+    let mut inner: Option<&(dyn std::error::Error + 'static)> = e.get_ref().map(|i| i as _);
+    while let Some(i) = inner {
+        if i.downcast_ref::<std::io::Error>().is_some_and(direct) {
+            return true;
+        }
+        inner = i.source();
+    }
+    false
+}
+
 pub(super) fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Io {
         path: path.to_owned(),

@@ -376,8 +376,10 @@ impl Shared {
     /// readable, and its `loadStored` reports the damage. So one such
     /// session neither fails a listing nor is left out of it (the harness's
     /// JSONL backend lists a log with a damaged body too). A session gone
-    /// meanwhile is `None`. Only failures of the store itself (a closed
-    /// handle, an id the store cannot hold) are errors.
+    /// meanwhile is `None`. Failures of the store itself (a closed handle,
+    /// an id the store cannot hold) and transient ones
+    /// ([`StoreError::is_transient`]: out of file descriptors or memory for
+    /// a moment, which say nothing of the session) are errors.
     fn revision(&self, id: &str) -> Result<Option<String>> {
         let error = match self.store.peek_next_seq(id) {
             Ok((next_seq, incarnation)) => {
@@ -385,6 +387,11 @@ impl Shared {
             }
             Err(StoreError::NotFound(_)) => return Ok(None),
             Err(e @ (StoreError::Closed | StoreError::BadId { .. })) => return Err(e.into()),
+            // Out of descriptors or memory for a moment: nothing was
+            // learned of the session, so no revision is made up for it
+            // (an `unreadable` one would tell the coordinator the session
+            // changed, and change back at the next listing).
+            Err(e) if e.is_transient() => return Err(e.into()),
             Err(e) => e,
         };
         // Deleted while it was read (its files went away under the read),
@@ -393,6 +400,7 @@ impl Shared {
             Ok(incarnation) => incarnation,
             Err(StoreError::NotFound(_)) => return Ok(None),
             Err(StoreError::Closed) => return Err(error.into()),
+            Err(e) if e.is_transient() => return Err(e.into()),
             // Its HEADER unreadable too since the listing read it.
             Err(_) => "-".to_owned(),
         };

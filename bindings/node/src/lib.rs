@@ -361,7 +361,8 @@ impl SessionLog {
 
     /// JSON `{"header","revision"}[]` of the stored sessions: a damaged one
     /// listed with its `...:unreadable` revision, one deleted meanwhile
-    /// left out; no session is kept loaded.
+    /// left out; a transient failure (out of descriptors or memory) rejects
+    /// the listing; no session is kept loaded.
     #[napi(ts_return_type = "Promise<string>")]
     pub fn list_snapshots(&self) -> AsyncTask<Work<String>> {
         self.run(|s| s.list_snapshots())

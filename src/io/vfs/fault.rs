@@ -14,6 +14,9 @@ pub enum FaultKind {
     Eio,
     /// `ENOSPC`: no space left on the device.
     Enospc,
+    /// `EMFILE`: the process is out of file descriptors (transient: says
+    /// nothing about the files).
+    Emfile,
 }
 
 impl FaultKind {
@@ -21,9 +24,36 @@ impl FaultKind {
         let code = match self {
             FaultKind::Eio => libc::EIO,
             FaultKind::Enospc => libc::ENOSPC,
+            FaultKind::Emfile => libc::EMFILE,
         };
         let os = io::Error::from_raw_os_error(code);
-        io::Error::new(os.kind(), format!("injected fault in {op}: {os}"))
+        io::Error::new(
+            os.kind(),
+            Injected {
+                op: op.to_owned(),
+                os,
+            },
+        )
+    }
+}
+
+/// An injected error: names the operation, and has the OS error it stands
+/// for as its source (what a caller classifying errors looks at).
+#[derive(Debug)]
+struct Injected {
+    op: String,
+    os: io::Error,
+}
+
+impl std::fmt::Display for Injected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "injected fault in {}: {}", self.op, self.os)
+    }
+}
+
+impl std::error::Error for Injected {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.os)
     }
 }
 
