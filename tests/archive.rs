@@ -864,6 +864,62 @@ fn a_deleted_session_leaves_the_bucket_and_other_hosts_lists() {
     }
 }
 
+/// A host holding a copy of a session another host then deletes must not
+/// bring the session back by writing it: before, its next append took
+/// the lease (released by the deleting host's close) and uploaded its
+/// stale copy, and every host listed the deleted session again. The
+/// delete now leaves a tombstone (the next lease record, marked
+/// `deleted`); a host whose copy predates it is refused with
+/// `Error::DeletedElsewhere`, its copy kept; a new session of that id, or
+/// `take_over`, goes past it.
+#[test]
+fn a_stale_copy_never_brings_a_deleted_session_back() {
+    for bucket in buckets("tombstone") {
+        let tmp = tempfile::tempdir().unwrap();
+        let opts = |h: &str| host_options(&bucket, h, EvictionPolicy::default());
+        let log = turn_log(30, "t");
+        let a = Store::open(tmp.path().join("a"), opts("a")).unwrap();
+        a.create(SessionHeader::new("s", 0)).unwrap();
+        append_turns(&a, "s", &log);
+        a.close().unwrap();
+        // Host b reads the session (a whole local copy) and goes.
+        let b = Store::open(tmp.path().join("b"), opts("b")).unwrap();
+        assert_eq!(read_all(&b, "s"), log, "{}", bucket.name);
+        b.close().unwrap();
+        let a = Store::open(tmp.path().join("a"), opts("a")).unwrap();
+        a.delete("s").unwrap();
+        a.close().unwrap();
+
+        let b = Store::open(tmp.path().join("b"), opts("b")).unwrap();
+        let more = turn_log(31, "t");
+        match b.append("s", &more[log.len()..]) {
+            Err(Error::DeletedElsewhere { session, host, .. }) => {
+                assert_eq!(
+                    (session.as_str(), host.as_str()),
+                    ("s", "a"),
+                    "{}",
+                    bucket.name
+                )
+            }
+            other => panic!("{}: {other:?}", bucket.name),
+        }
+        assert_eq!(read_all(&b, "s"), log, "{}: the copy is kept", bucket.name);
+        // What the refusal asks for: deleting the copy here too.
+        b.delete("s").unwrap();
+        assert!(b.list().unwrap().is_empty(), "{}", bucket.name);
+        b.close().unwrap();
+        let c = Store::open(tmp.path().join("c"), opts("c")).unwrap();
+        assert!(c.list().unwrap().is_empty(), "{}", bucket.name);
+        // A new session of that id goes past the tombstone.
+        c.create(SessionHeader::new("s", 5)).unwrap();
+        append_turns(&c, "s", &log[..4]);
+        c.close().unwrap();
+        let d = Store::open(tmp.path().join("d"), opts("d")).unwrap();
+        assert_eq!(read_all(&d, "s"), log[..4], "{}", bucket.name);
+        d.close().unwrap();
+    }
+}
+
 /// `import --replace` deletes the old session's objects before its local
 /// exchange (the new session's files have the same names). Before, an
 /// exchange that then failed left the old session in place without the

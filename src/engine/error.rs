@@ -73,6 +73,27 @@ pub enum Error {
         /// The lease record's object key.
         key: String,
     },
+    /// The session was deleted (by another host, or another store
+    /// directory) after this store's copy of it was made: the archive
+    /// holds a tombstone for it (format-spec section 10.3). Nothing was
+    /// written or uploaded, and the local copy was left as it is; delete it
+    /// here too, or [`Store::take_over`](crate::store::Store::take_over) to
+    /// bring it back deliberately.
+    #[error(
+        "session {session:?} was deleted by host {host:?} (lease record {key}, epoch {epoch}) \
+         after this store's copy was made; nothing was written and the copy was kept: \
+         delete it here too, or take the session over to bring it back"
+    )]
+    DeletedElsewhere {
+        /// The session id.
+        session: String,
+        /// The host that deleted it.
+        host: String,
+        /// The tombstone's lease epoch.
+        epoch: u64,
+        /// The tombstone's object key.
+        key: String,
+    },
     /// A request to the archive's object store failed (after its retries),
     /// or an object there is not what it should be.
     #[error("archive object {key}{}: {reason}", session.as_ref().map(|s| format!(" (session {s:?})")).unwrap_or_default())]

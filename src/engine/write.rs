@@ -82,6 +82,12 @@ impl Store {
     /// [`Error::Locked`] (another handle, in any process, writes it) before
     /// anything is written.
     pub(super) fn lock_session(&self, s: &mut Session) -> Result<()> {
+        self.lock_session_for(s, false)
+    }
+
+    /// [`Store::lock_session`]; `deleting`: to delete the session, which
+    /// an archive tombstone does not refuse.
+    fn lock_session_for(&self, s: &mut Session, deleting: bool) -> Result<()> {
         if s.lock.is_some() {
             return Ok(());
         }
@@ -116,7 +122,7 @@ impl Store {
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(20));
         };
-        self.archive_lease(id)?; // issue 17: fenced across hosts
+        self.archive_lease(id, deleting)?; // issue 17: fenced across hosts
         s.lock = Some(lock);
         Ok(())
     }
@@ -649,7 +655,7 @@ impl Store {
             if s.placeholder {
                 s.header = entry.header.clone();
             }
-            self.lock_session(&mut s)?;
+            self.lock_session_for(&mut s, true)?;
             // No upload pass of this handle between the removal and the
             // forget (it would upload what it read before the removal).
             let _quiet = self.archive_quiet();
@@ -657,7 +663,7 @@ impl Store {
                 .registry
                 .remove(&entry.dir, id)
                 .map_err(|(path, source)| Error::Io { path, source })?;
-            self.archive_forget(id, None) // issue 17: its objects too
+            self.archive_deleted(id) // issue 17: its objects too, and a tombstone
         })();
         // A failed delete leaves a session this handle writes as it is
         // (unsynced appends, writer, lock, poison); anything else is

@@ -104,11 +104,14 @@ impl Store {
     /// [`Error::NotOwner`] returned before a byte is written. A session
     /// another host created is brought in first; one taken over from
     /// another host has its local files brought up to the bucket's.
-    pub(crate) fn archive_lease(&self, id: &str) -> Result<()> {
-        self.archive_take(id, false)
+    /// `deleting`: the caller is deleting the session, so a tombstone does
+    /// not refuse a stale copy (deleting it is what
+    /// [`Error::DeletedElsewhere`] asks for).
+    pub(crate) fn archive_lease(&self, id: &str, deleting: bool) -> Result<()> {
+        self.archive_take(id, false, deleting)
     }
 
-    fn archive_take(&self, id: &str, force: bool) -> Result<()> {
+    fn archive_take(&self, id: &str, force: bool, deleting: bool) -> Result<()> {
         let Some(a) = self.archive() else {
             return Ok(());
         };
@@ -130,12 +133,13 @@ impl Store {
             }
         }
         a.hydrate(&self.inner.registry, &dir)?;
-        let taken = a.take_lease(id, &dir, force)?;
+        let local = a.sessions_dir.join(&dir);
+        let stale_copy = !deleting && a.vfs.exists(&local);
+        let taken = a.take_lease(id, &dir, force, stale_copy)?;
         // Another holder may have written since this handle last looked:
         // what it recorded of the session's objects is stale.
         a.state().forget_objects(&dir);
         let from_elsewhere = taken.previous.as_ref().is_some_and(|p| p.host != a.host);
-        let local = a.sessions_dir.join(&dir);
         if from_elsewhere && a.vfs.exists(&local) {
             // The previous owner may have written more since this copy was
             // made: what it uploaded wins over a stale local copy.
@@ -247,6 +251,23 @@ impl Store {
         a.forget(id, &dir, keep_whole)
     }
 
+    /// Session `id` was deleted here (its directory is gone): its objects
+    /// are deleted ([`Store::archive_forget`]), then its lease given up as
+    /// a tombstone, so no store holding an older copy writes it back
+    /// ([`Error::DeletedElsewhere`]); a new session of the id takes the
+    /// lease past it.
+    pub(crate) fn archive_deleted(&self, id: &str) -> Result<()> {
+        let (Some(a), Some(dir)) = (self.archive(), dir_name(id)) else {
+            return Ok(());
+        };
+        a.forget(id, &dir, None)?;
+        let held = a.state().held.remove(&dir);
+        match held {
+            Some(epoch) => a.tombstone(id, &dir, epoch),
+            None => Ok(()),
+        }
+    }
+
     /// At close, after every session is released: everything local goes to
     /// the bucket (active segments included), then the leases are given
     /// up so another host can take the sessions without forcing.
@@ -292,6 +313,6 @@ impl Store {
     pub fn take_over(&self, id: &str) -> Result<()> {
         self.writable()?;
         self.archive().ok_or(Error::NoArchive)?;
-        self.archive_take(id, true)
+        self.archive_take(id, true, false)
     }
 }

@@ -23,6 +23,11 @@ pub(super) struct LeaseRecord {
     /// The host gave the session up (`close`): the next host may take it
     /// without forcing.
     pub(super) released: bool,
+    /// The host deleted the session (a tombstone, always `released`): a
+    /// store whose copy predates it may not write that copy back. Absent
+    /// from the JSON when false (records before 2026-12-07 never have it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(super) deleted: bool,
 }
 
 /// What taking a lease found.
@@ -97,12 +102,29 @@ impl Archive {
     /// Takes the lease of session `id` (directory `dir`) for this host:
     /// kept if this host holds it, taken if it is free or released (or,
     /// with `force`, from whoever holds it), else [`Error::NotOwner`].
-    pub(super) fn take_lease(&self, id: &str, dir: &str, force: bool) -> Result<Taken> {
+    /// `stale_copy`: this store has a published copy of the session, which
+    /// a tombstone (the session deleted since) makes
+    /// [`Error::DeletedElsewhere`] unless forced.
+    pub(super) fn take_lease(
+        &self,
+        id: &str,
+        dir: &str,
+        force: bool,
+        stale_copy: bool,
+    ) -> Result<Taken> {
         // A few rounds: each lost race means another host wrote an epoch,
         // which the next round reads.
         for _ in 0..4 {
             let cur = self.current_lease(id, dir)?;
             let next = match &cur {
+                Some(r) if r.deleted && stale_copy && !force => {
+                    return Err(Error::DeletedElsewhere {
+                        session: id.to_owned(),
+                        host: r.host.clone(),
+                        epoch: r.epoch,
+                        key: self.opts.lease_key(dir, r.epoch).to_string(),
+                    });
+                }
                 Some(r) if r.host == self.host && !r.released => {
                     return Ok(Taken {
                         epoch: r.epoch,
@@ -123,6 +145,7 @@ impl Archive {
                 host: self.host.clone(),
                 epoch: next,
                 released: false,
+                deleted: false,
             };
             if self.create_record(id, dir, &rec)? {
                 // Ours only if it is the newest record: a slow host can
@@ -153,6 +176,16 @@ impl Archive {
     /// Gives the lease of `dir` (held at `epoch`) up: the next host takes it
     /// without forcing. Nothing happens if another host took it meanwhile.
     pub(super) fn release_lease(&self, id: &str, dir: &str, epoch: u64) -> Result<()> {
+        self.end_lease(id, dir, epoch, false)
+    }
+
+    /// Gives the lease of `dir` (held at `epoch`) up as a tombstone: the
+    /// session was deleted (its objects are gone).
+    pub(super) fn tombstone(&self, id: &str, dir: &str, epoch: u64) -> Result<()> {
+        self.end_lease(id, dir, epoch, true)
+    }
+
+    fn end_lease(&self, id: &str, dir: &str, epoch: u64, deleted: bool) -> Result<()> {
         let Some(next) = epoch.checked_add(1) else {
             return Ok(()); // a damaged epoch: nothing to give up
         };
@@ -160,6 +193,7 @@ impl Archive {
             host: self.host.clone(),
             epoch: next,
             released: true,
+            deleted,
         };
         if self.create_record(id, dir, &rec)? {
             self.prune(dir, next);
@@ -182,6 +216,7 @@ impl Archive {
                 host: String::new(),
                 epoch: 0,
                 released: true,
+                deleted: false,
             })),
         }
     }

@@ -27,7 +27,7 @@ pub(crate) fn after_open(_store: &Store, _archive: Option<()>) -> Result<()> {
 }
 
 impl Store {
-    pub(crate) fn archive_lease(&self, _id: &str) -> Result<()> {
+    pub(crate) fn archive_lease(&self, _id: &str, _deleting: bool) -> Result<()> {
         Ok(())
     }
     pub(crate) fn archive_check(&self, _id: &str) -> Result<()> {
@@ -54,6 +54,9 @@ impl Store {
         None
     }
     pub(crate) fn archive_forget(&self, _id: &str, _keep_whole: Option<&Path>) -> Result<()> {
+        Ok(())
+    }
+    pub(crate) fn archive_deleted(&self, _id: &str) -> Result<()> {
         Ok(())
     }
     pub(crate) fn archive_close(&self) -> Result<()> {
