@@ -550,10 +550,12 @@ impl Archive {
             // removal, so no replace is between its check that the
             // segment is local (what it fetches back before deleting the
             // objects) and its exchange. A writer refused meanwhile waits
-            // (the maintenance byte). The uid checked again under the
+            // (the maintenance byte). The session is read again under the
             // lock: a replace that ended since the check above made the
-            // file another session's, whose object may not be up yet.
-            // Both held for this one removal only (not across the next
+            // file another session's (another uid), whose object may not
+            // be up yet; and this handle's records were trusted only if it
+            // still writes the session. Both held for this one removal
+            // only (not across the next
             // candidate's `HEAD`): a writer refused while the maintenance
             // byte is held waits rather than being told `Locked`.
             let _lock = match (owner.ours, self.locks.get()) {
@@ -566,8 +568,10 @@ impl Archive {
                 }
                 _ => None,
             };
-            if !owner.ours && self.owner(&dir).map(|o| o.uid) != Some(owner.uid) {
-                continue;
+            // (Once locked here, the session counts as this handle's.)
+            match self.owner(&dir) {
+                Some(now) if now.uid == owner.uid && now.ours => {}
+                _ => continue,
             }
             let path = self.sessions_dir.join(&dir).join(&name);
             match self.vfs.remove_file(&path) {
