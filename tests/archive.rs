@@ -1096,6 +1096,48 @@ fn another_handles_eviction_leaves_a_session_being_replaced_whole() {
     }
 }
 
+/// A delete while an upload pass of the same handle is uploading the
+/// session (F65's delete window): the pass read the session's files
+/// before the delete removed them, so an upload landing after the delete
+/// deleted the objects brought the session's `HEADER` back, and other
+/// hosts listed it. The delete now waits for the pass.
+#[test]
+fn a_delete_waits_for_an_upload_pass_in_flight() {
+    for bucket in buckets("delete-pass") {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a");
+        let flaky = Arc::new(Flaky::over(bucket.store.clone()));
+        let mut options = host_options(&bucket, "a", EvictionPolicy::default());
+        options.archive.as_mut().unwrap().store = flaky.clone();
+        let store = Store::open(&dir, options).unwrap();
+        store.create(SessionHeader::new("s", 0)).unwrap();
+        append_turns(&store, "s", &turn_log(30, "d"));
+        flaky.park_session_puts.store(1, Ordering::SeqCst);
+        std::thread::scope(|scope| {
+            let pass = scope.spawn(|| store.archive_sync());
+            while flaky.parked.load(Ordering::SeqCst) == 0 && !pass.is_finished() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let delete = scope.spawn(|| store.delete("s"));
+            // The delete would run to its end now, unless it waits.
+            std::thread::sleep(Duration::from_millis(300));
+            flaky.release.store(1, Ordering::SeqCst);
+            let _ = pass.join().unwrap(); // its files may be gone under it
+            delete.join().unwrap().unwrap();
+        });
+        store.close().unwrap();
+        let left: Vec<String> = objects(&bucket)
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| k.contains("/sessions/s/"))
+            .collect();
+        assert!(left.is_empty(), "{}: {left:?}", bucket.name);
+        let (b, _) = new_host(&bucket, &tmp.path().join("b"), "b");
+        assert!(b.list().unwrap().is_empty(), "{}", bucket.name);
+        b.close().unwrap();
+    }
+}
+
 /// An object store that fails, or hangs, on its first puts.
 #[derive(Debug)]
 struct Flaky {
@@ -1110,6 +1152,8 @@ struct Flaky {
     /// Deletes that wait (up to 10 s) for `release` before going on; each
     /// one sets `parked` first.
     park_deletes: AtomicU32,
+    /// The same for puts of session files (not leases).
+    park_session_puts: AtomicU32,
     parked: AtomicU32,
     release: AtomicU32,
 }
@@ -1122,6 +1166,7 @@ impl Flaky {
             hang_before: AtomicU32::new(0),
             hang_after: AtomicU32::new(0),
             park_deletes: AtomicU32::new(0),
+            park_session_puts: AtomicU32::new(0),
             parked: AtomicU32::new(0),
             release: AtomicU32::new(0),
         }
@@ -1131,6 +1176,19 @@ impl Flaky {
 impl std::fmt::Display for Flaky {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Flaky({})", self.inner)
+    }
+}
+
+impl Flaky {
+    /// Sets `parked`, then waits (up to 10 s) for `release`.
+    async fn park(&self) {
+        self.parked.store(1, Ordering::SeqCst);
+        for _ in 0..1000 {
+            if self.release.load(Ordering::SeqCst) != 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }
 
@@ -1157,6 +1215,9 @@ impl ObjectStore for Flaky {
         if take(&self.hang_before) {
             tokio::time::sleep(hang).await;
         }
+        if location.as_ref().contains("/sessions/") && take(&self.park_session_puts) {
+            self.park().await;
+        }
         let r = self.inner.put_opts(location, payload, opts).await?;
         if take(&self.hang_after) {
             tokio::time::sleep(hang).await;
@@ -1179,13 +1240,7 @@ impl ObjectStore for Flaky {
     }
     async fn delete(&self, location: &ObjectPath) -> object_store::Result<()> {
         if take(&self.park_deletes) {
-            self.parked.store(1, Ordering::SeqCst);
-            for _ in 0..1000 {
-                if self.release.load(Ordering::SeqCst) != 0 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            self.park().await;
         }
         self.inner.delete(location).await
     }
