@@ -77,8 +77,8 @@ pub enum Error {
     /// directory) after this store's copy of it was made: the archive
     /// holds a tombstone for it (format-spec section 10.3). Nothing was
     /// written or uploaded, and the local copy was left as it is; delete it
-    /// here too, or [`Store::take_over`](crate::store::Store::take_over) to
-    /// bring it back deliberately.
+    /// here too, or take the session over (`Store::take_over`, `archive`
+    /// feature) to bring it back deliberately.
     #[error(
         "session {session:?} was deleted by host {host:?} (lease record {key}, epoch {epoch}) \
          after this store's copy was made; nothing was written and the copy was kept: \
