@@ -864,6 +864,24 @@ fn a_deleted_session_leaves_the_bucket_and_other_hosts_lists() {
     }
 }
 
+/// Host "a" writes session "s" (returned) under `root/a` and closes; host
+/// "b" reads it whole into `root/b` (a local copy) and closes; "a" opens
+/// again and deletes "s" (its handle returned, open).
+fn copied_then_deleted(bucket: &Bucket, root: &Path) -> (Vec<OwnedEvent>, Store) {
+    let opts = |h: &str| host_options(bucket, h, EvictionPolicy::default());
+    let log = turn_log(30, "t");
+    let a = Store::open(root.join("a"), opts("a")).unwrap();
+    a.create(SessionHeader::new("s", 0)).unwrap();
+    append_turns(&a, "s", &log);
+    a.close().unwrap();
+    let b = Store::open(root.join("b"), opts("b")).unwrap();
+    assert_eq!(read_all(&b, "s"), log, "{}", bucket.name);
+    b.close().unwrap();
+    let a = Store::open(root.join("a"), opts("a")).unwrap();
+    a.delete("s").unwrap();
+    (log, a)
+}
+
 /// A host holding a copy of a session another host then deletes must not
 /// bring the session back by writing it: before, its next append took
 /// the lease (released by the deleting host's close) and uploaded its
@@ -877,17 +895,7 @@ fn a_stale_copy_never_brings_a_deleted_session_back() {
     for bucket in buckets("tombstone") {
         let tmp = tempfile::tempdir().unwrap();
         let opts = |h: &str| host_options(&bucket, h, EvictionPolicy::default());
-        let log = turn_log(30, "t");
-        let a = Store::open(tmp.path().join("a"), opts("a")).unwrap();
-        a.create(SessionHeader::new("s", 0)).unwrap();
-        append_turns(&a, "s", &log);
-        a.close().unwrap();
-        // Host b reads the session (a whole local copy) and goes.
-        let b = Store::open(tmp.path().join("b"), opts("b")).unwrap();
-        assert_eq!(read_all(&b, "s"), log, "{}", bucket.name);
-        b.close().unwrap();
-        let a = Store::open(tmp.path().join("a"), opts("a")).unwrap();
-        a.delete("s").unwrap();
+        let (log, a) = copied_then_deleted(&bucket, tmp.path());
         a.close().unwrap();
 
         let b = Store::open(tmp.path().join("b"), opts("b")).unwrap();
@@ -916,6 +924,54 @@ fn a_stale_copy_never_brings_a_deleted_session_back() {
         c.close().unwrap();
         let d = Store::open(tmp.path().join("d"), opts("d")).unwrap();
         assert_eq!(read_all(&d, "s"), log[..4], "{}", bucket.name);
+        d.close().unwrap();
+    }
+}
+
+/// A host holding a copy of a session that another host then deleted and
+/// created again. Before, loading the copy fetched the new incarnation's
+/// checkpoint into it (the load then failed as "damaged or replaced"),
+/// and deleting the copy deleted the new session's objects from the
+/// bucket: gone from every host. Now the copy is refused
+/// (`Error::ReplacedElsewhere`), nothing fetched into it; deleting it
+/// deletes it here only, after which the archive's session reads.
+#[test]
+fn a_stale_copy_of_a_session_created_again_is_refused_and_deleted_here_only() {
+    for bucket in buckets("recreated") {
+        let tmp = tempfile::tempdir().unwrap();
+        let opts = |h: &str| host_options(&bucket, h, EvictionPolicy::default());
+        let (_, a) = copied_then_deleted(&bucket, tmp.path());
+        let new = turn_log(12, "n");
+        a.create(SessionHeader::new("s", 9)).unwrap();
+        append_turns(&a, "s", &new);
+        a.close().unwrap();
+
+        let b = Store::open(tmp.path().join("b"), opts("b")).unwrap();
+        let stale = |r: Result<(), Error>, what: &str| match r {
+            Err(Error::ReplacedElsewhere { session, .. }) => assert_eq!(session, "s"),
+            other => panic!("{}: {what}: {other:?}", bucket.name),
+        };
+        stale(b.read_from("s", 0).map(drop), "read");
+        let more = turn_log(13, "n");
+        stale(b.append("s", &more[new.len()..]), "append");
+        b.delete("s").unwrap();
+        b.close().unwrap();
+        // (A handle brings in other hosts' sessions when it opens.)
+        let b = Store::open(tmp.path().join("b"), opts("b")).unwrap();
+        assert_eq!(
+            read_all(&b, "s"),
+            new,
+            "{}: the archive's, here",
+            bucket.name
+        );
+        b.close().unwrap();
+        let d = Store::open(tmp.path().join("d"), opts("d")).unwrap();
+        assert_eq!(
+            read_all(&d, "s"),
+            new,
+            "{}: the archive's, elsewhere",
+            bucket.name
+        );
         d.close().unwrap();
     }
 }

@@ -151,6 +151,9 @@ pub(crate) fn store_err(e: store::Error) -> Failure {
         E::NotOwner { .. } => {
             "another host owns the session: write it there, or `take-over ID` if that host is gone for good"
         }
+        E::ReplacedElsewhere { .. } => {
+            "this store's copy is older than the archive's session of that id: `rm ID` here (the archive's is kept), then read it again"
+        }
         E::DeletedElsewhere { .. } => {
             "the session was deleted on another host: `rm ID` here too, or `take-over ID` to bring this copy back"
         }

@@ -94,6 +94,22 @@ pub enum Error {
         /// The tombstone's object key.
         key: String,
     },
+    /// This store's copy of the session is an older incarnation than the
+    /// archive's: the session was deleted or replaced on another host, and
+    /// created again, after this copy was made (the two `HEADER`s have
+    /// different uids). Nothing was fetched into the copy or written; delete
+    /// it here (that deletes nothing in the archive) to read the archive's.
+    #[error(
+        "session {session:?}: this store's copy is an older incarnation than the archive's \
+         ({key} has another uid): the session was deleted or replaced elsewhere and created \
+         again; nothing was fetched into the copy: delete it here to read the archive's"
+    )]
+    ReplacedElsewhere {
+        /// The session id.
+        session: String,
+        /// The archive's `HEADER` key.
+        key: String,
+    },
     /// A request to the archive's object store failed (after its retries),
     /// or an object there is not what it should be.
     #[error("archive object {key}{}: {reason}", session.as_ref().map(|s| format!(" (session {s:?})")).unwrap_or_default())]

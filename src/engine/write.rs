@@ -663,7 +663,7 @@ impl Store {
                 .registry
                 .remove(&entry.dir, id)
                 .map_err(|(path, source)| Error::Io { path, source })?;
-            self.archive_deleted(id) // issue 17: its objects too, and a tombstone
+            self.archive_deleted(id, &entry.uid) // issue 17: its objects too, and a tombstone
         })();
         // A failed delete leaves a session this handle writes as it is
         // (unsynced appends, writer, lock, poison); anything else is

@@ -112,18 +112,9 @@ impl Archive {
         if self.vfs.exists(&live) {
             return Ok(false);
         }
-        let key = self.opts.file_key(dir, HEADER_FILE);
-        let Some(bytes) = self
-            .get(&key)
-            .map_err(|e| archive_error(None, &key, "reading a session's HEADER", e))?
-        else {
+        let Some((header, uid)) = self.remote_header(None, dir)? else {
             return Ok(false);
         };
-        let (header, uid) = decode_header(&bytes).map_err(|reason| Error::Archive {
-            session: None,
-            key: key.to_string(),
-            reason: format!("the session's HEADER is damaged: {reason}"),
-        })?;
         let id = header.id.clone();
         let staged = registry
             .stage(&header, &uid)
@@ -154,6 +145,60 @@ impl Archive {
                 Err(Error::Io { path, source })
             }
             Err(PublishError::Unsynced(path, _, source)) => Err(Error::Io { path, source }),
+        }
+    }
+
+    /// The uid of the session the bucket holds under directory `dir` (its
+    /// `HEADER`'s), `None` when it holds none.
+    pub(super) fn remote_uid(&self, id: &str, dir: &str) -> Result<Option<[u8; 16]>> {
+        Ok(self.remote_header(Some(id), dir)?.map(|(_, uid)| uid))
+    }
+
+    /// The bucket's `HEADER` of session directory `dir` (decoded), `None`
+    /// when it has none; its uid is remembered (`State::remote_uids`).
+    fn remote_header(
+        &self,
+        id: Option<&str>,
+        dir: &str,
+    ) -> Result<Option<(crate::header::SessionHeader, [u8; 16])>> {
+        let key = self.opts.file_key(dir, HEADER_FILE);
+        let Some(bytes) = self
+            .get(&key)
+            .map_err(|e| archive_error(id, &key, "reading a session's HEADER", e))?
+        else {
+            return Ok(None);
+        };
+        let (header, uid) = decode_header(&bytes).map_err(|reason| Error::Archive {
+            session: id.map(str::to_owned),
+            key: key.to_string(),
+            reason: format!("the session's HEADER is damaged: {reason}"),
+        })?;
+        self.state().remote_uids.insert(dir.to_owned(), uid);
+        Ok(Some((header, uid)))
+    }
+
+    /// Fails with [`Error::ReplacedElsewhere`] when the bucket holds
+    /// another incarnation of the session in `local` (deleted or replaced
+    /// on another host, and created again, after this copy was made):
+    /// nothing of it may be fetched into this copy. The bucket's uid is
+    /// read once per handle and session (a hydrate read it already), and
+    /// again after each take of the lease.
+    fn check_incarnation(&self, id: &str, dir: &str, local: &Path) -> Result<()> {
+        let Ok(bytes) = self.vfs.read_file(&local.join(HEADER_FILE)) else {
+            return Ok(()); // no local HEADER: nothing to compare
+        };
+        let Ok((_, uid)) = decode_header(&bytes) else {
+            return Ok(());
+        };
+        if self.state().remote_uids.get(dir) == Some(&uid) {
+            return Ok(());
+        }
+        match self.remote_uid(id, dir)? {
+            Some(remote) if remote != uid => Err(Error::ReplacedElsewhere {
+                session: id.to_owned(),
+                key: self.opts.file_key(dir, HEADER_FILE).to_string(),
+            }),
+            _ => Ok(()),
         }
     }
 
@@ -246,6 +291,20 @@ impl Archive {
         let metas = self
             .list_meta(&prefix)
             .map_err(|e| archive_error(Some(id), &prefix, "listing the session", e))?;
+        // Files are fetched into this copy only when the bucket's session
+        // is this one (its uid): checked once, before the first fetch (a
+        // complete local copy costs no request for it).
+        let checked = std::cell::Cell::new(false);
+        let same_session = || -> Result<()> {
+            if !checked.replace(true) {
+                self.check_incarnation(id, dir, local)?;
+            }
+            Ok(())
+        };
+        let fetch_into = |name: &str| -> Result<bool> {
+            same_session()?;
+            self.fetch_into(id, dir, name, local)
+        };
         let mut remote_checkpoint = false;
         // The other files first: the checkpoint says where the tail starts.
         for meta in &metas {
@@ -262,7 +321,7 @@ impl Archive {
             } else {
                 name == LINEAGE_FILE && !self.vfs.exists(&path)
             };
-            if wanted && self.fetch_into(id, dir, name, local)? && name == CHECKPOINT_FILE {
+            if wanted && fetch_into(name)? && name == CHECKPOINT_FILE {
                 let stamp = self.vfs.metadata(&path).map_err(io_at(&path))?;
                 if let Some(tag) = &meta.e_tag {
                     self.state().fetched_checkpoints.insert(
@@ -289,6 +348,7 @@ impl Archive {
                 .is_some_and(|first_seq| self.has_local_copy(local, first_seq))
         });
         if replace_stale || (shared && self.held_elsewhere(id, dir)?) {
+            same_session()?; // nothing moved aside for another session's sake
             self.quarantine_diverged(id, local, &listed)?;
         }
         // Segments before the one the checkpoint ends in are covered: their
@@ -339,13 +399,13 @@ impl Archive {
                 Err(_) => true,
             };
             if wanted {
-                self.fetch_into(id, dir, name, local)?;
+                fetch_into(name)?;
             }
         }
         if !replace_stale && self.counters.quarantined.load(Ordering::Relaxed) != quarantined {
             // A local segment was moved aside: the local checkpoint may
             // describe its records. The bucket's goes with its segments.
-            if !(remote_checkpoint && self.fetch_into(id, dir, CHECKPOINT_FILE, local)?) {
+            if !(remote_checkpoint && fetch_into(CHECKPOINT_FILE)?) {
                 crate::engine::ckfile::remove(&*self.vfs, local).map_err(io_at(local))?;
             }
         }

@@ -140,7 +140,8 @@ impl Store {
         // what it recorded of the session's objects is stale.
         a.state().forget_objects(&dir);
         let from_elsewhere = taken.previous.as_ref().is_some_and(|p| p.host != a.host);
-        if from_elsewhere && a.vfs.exists(&local) {
+        // A copy about to be deleted is not brought up to the bucket's.
+        if from_elsewhere && !deleting && a.vfs.exists(&local) {
             // The previous owner may have written more since this copy was
             // made: what it uploaded wins over a stale local copy.
             if let Err(e) = a.restore(id, &local, true).map(drop) {
@@ -256,10 +257,20 @@ impl Store {
     /// a tombstone, so no store holding an older copy writes it back
     /// ([`Error::DeletedElsewhere`]); a new session of the id takes the
     /// lease past it.
-    pub(crate) fn archive_deleted(&self, id: &str) -> Result<()> {
+    ///
+    /// `uid`: the deleted session's. When the bucket holds another
+    /// incarnation of the id (this copy was stale: the session was deleted
+    /// or replaced elsewhere and created again), only the local copy was
+    /// deleted: the bucket's session is left alone, and no tombstone
+    /// written. The check needs no race guard: this handle holds the lease,
+    /// so no other host writes the session meanwhile.
+    pub(crate) fn archive_deleted(&self, id: &str, uid: &[u8; 16]) -> Result<()> {
         let (Some(a), Some(dir)) = (self.archive(), dir_name(id)) else {
             return Ok(());
         };
+        if a.remote_uid(id, &dir)?.is_some_and(|remote| &remote != uid) {
+            return Ok(());
+        }
         a.forget(id, &dir, None)?;
         let held = a.state().held.remove(&dir);
         match held {

@@ -100,6 +100,11 @@ pub(super) struct State {
     /// the bodies tried since the key was last seen. An object holding one
     /// of them is this handle's own, replaceable (section 10.5).
     pub(super) unsure: HashMap<(String, String), Vec<fence::Digest>>,
+    /// The uid of the bucket's `HEADER` of each session directory, as this
+    /// handle last read it (hydrating, or checking a copy before a fetch
+    /// into it); forgotten with the session's objects, so every take reads
+    /// it again.
+    pub(super) remote_uids: HashMap<String, [u8; 16]>,
 }
 
 impl State {
@@ -112,6 +117,7 @@ impl State {
         self.unsure.retain(|(d, _), _| d != dir);
         self.seeded.remove(dir);
         self.checkpoints.remove(dir);
+        self.remote_uids.remove(dir);
     }
 }
 

@@ -56,7 +56,7 @@ impl Store {
     pub(crate) fn archive_forget(&self, _id: &str, _keep_whole: Option<&Path>) -> Result<()> {
         Ok(())
     }
-    pub(crate) fn archive_deleted(&self, _id: &str) -> Result<()> {
+    pub(crate) fn archive_deleted(&self, _id: &str, _uid: &[u8; 16]) -> Result<()> {
         Ok(())
     }
     pub(crate) fn archive_close(&self) -> Result<()> {
