@@ -5,8 +5,9 @@
 //! One concern a module:
 //! - [`registry`]: the sessions directory: which sessions exist, and the
 //!   atomic renames that change that set;
-//! - [`handle`]: the [`Store`] handle: open, the map of loaded sessions,
-//!   flush, close, group commit;
+//! - [`handle`]: the [`Store`] handle: open, flush, close, group commit;
+//!   [`loaded`]: its map of loaded sessions (load on first use, refresh,
+//!   evict);
 //! - [`locks`]: per-session writer locks, shared by every process;
 //! - [`session`]: one loaded session and its read indexes;
 //! - [`load`]: loading and recovering a session from its files;
@@ -48,6 +49,7 @@ pub(crate) mod hooks;
 pub(crate) mod journal;
 pub(crate) mod journal_salvage;
 pub(crate) mod load;
+mod loaded;
 pub(crate) mod locks;
 pub(crate) mod options;
 mod packer;
