@@ -1,7 +1,8 @@
 // Tests of the addon at the JSON-text seam, run with `node --test test/`
 // after `npm run build`. The harness's contract suites cover the hooks'
 // semantics; these cover what they do not: lone UTF-16 surrogates, numbers
-// JSON.parse reads as Infinity, the torn-tail marker's life, handles sharing a store, the store options, and
+// JSON.parse reads as Infinity, the torn-tail marker's life, handles sharing a store, the store options, a
+// moment out of file descriptors, and
 // the typed error a second process gets.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
@@ -523,6 +524,44 @@ test('a session deleted while listSnapshots runs is left out, the others are lis
   assert.deepEqual(JSON.parse(await reopened.list()).map(h => h.id), ['a', 'd'])
   assert.equal(await reopened.readStoredRevision('b'), null)
   await reopened.close()
+})
+
+test('out of file descriptors, readStoredRevision and listSnapshots reject; no session is reported unreadable', async (t) => {
+  // RELIABILITY F68: a process out of descriptors for a moment must not
+  // give a sound session the revision of a damaged one (the coordinator
+  // would take it as changed, and changed back at the next listing). A
+  // child process with a low descriptor limit fills its table, asks, then
+  // frees the descriptors and asks again.
+  const root = tempRoot(t)
+  const store = addon.openSessionLog(root)
+  await writeSessions(store, ['a', 'b'])
+  const sound = await store.readStoredRevision('b')
+  await store.close()
+  const script = `
+    const fs = require('node:fs')
+    const s = require(${JSON.stringify(addonPath)}).openSessionLog(${JSON.stringify(root)})
+    const ask = async (what, f) => {
+      try { console.log(what + ' ok ' + await f()) } catch (e) { console.log(what + ' rejected ' + e.message) }
+    }
+    ;(async () => {
+      await s.list() // the store open, its session 'b' not loaded
+      const fds = []
+      try { for (;;) fds.push(fs.openSync('/dev/null', 'r')) } catch (e) { if (e.code !== 'EMFILE') throw e }
+      await ask('revision', () => s.readStoredRevision('b'))
+      await ask('listing', () => s.listSnapshots())
+      for (const fd of fds) fs.closeSync(fd)
+      await ask('revision', () => s.readStoredRevision('b'))
+      await s.close()
+    })().catch(e => { console.log('failed ' + e.stack); process.exit(3) })
+  `
+  const child = spawnSync('/bin/sh', ['-c', 'ulimit -Sn 256 && exec "$0" -e "$1"', process.execPath, script], { encoding: 'utf8' })
+  assert.equal(child.status, 0, child.stdout + child.stderr)
+  const lines = child.stdout.trim().split('\n')
+  assert.equal(lines.length, 3, child.stdout)
+  assert.match(lines[0], /^revision rejected SESSIONLOG_[A-Z_]+: .*(Too many open files|EMFILE)/, 'the transient error, not a revision')
+  assert.match(lines[1], /^listing rejected SESSIONLOG_[A-Z_]+: .*(Too many open files|EMFILE)/)
+  assert.equal(lines[2], `revision ok ${sound}`, 'the same read succeeds once descriptors are free')
+  assert.doesNotMatch(child.stdout, /unreadable/)
 })
 
 test('listSnapshots past maxOpenSessions keeps this process\'s sessions its own', async (t) => {
