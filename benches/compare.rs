@@ -24,7 +24,8 @@
 //!   write its section there. `SESSIONLOG_BENCH_MULTI_SECS` (default 5)
 //!   sets the seconds per cell, `SESSIONLOG_BENCH_MULTI_ROWS=8x256,64x4096`
 //!   the writers x sessions rows, `SESSIONLOG_BENCH_MULTI_ENGINES=sync,perfile`
-//!   only these engines (`sync`, `perfile`, `shared`, `syncfs`, `sqlite`).
+//!   only these engines (`sync`, `journal`, `perfile`, `shared`,
+//!   `twowrites`, `syncfs`, `sqlite`).
 //!
 //! A whole run (no `SESSIONLOG_BENCH_ONLY`) ends with the many-sessions
 //! table (smoke: 2 and 4 writers over 4 and 16 sessions, 0.3 s cells) and
