@@ -976,6 +976,48 @@ fn a_stale_copy_of_a_session_created_again_is_refused_and_deleted_here_only() {
     }
 }
 
+/// The same stale copy, deleted while the host that created the session
+/// again still holds its lease. Before, the delete failed with
+/// `Error::NotOwner`: it took the lease first, as any delete does, though
+/// deleting a stale copy touches nothing of the bucket. Now it deletes the
+/// copy here only; the other host goes on writing, and its session is
+/// whole everywhere.
+#[test]
+fn a_stale_copy_is_deleted_here_while_another_host_writes_the_new_session() {
+    for bucket in buckets("recreated-held") {
+        let tmp = tempfile::tempdir().unwrap();
+        let opts = |h: &str| host_options(&bucket, h, EvictionPolicy::default());
+        let (_, a) = copied_then_deleted(&bucket, tmp.path());
+        let new = turn_log(12, "n");
+        a.create(SessionHeader::new("s", 9)).unwrap();
+        let half = turns_len(&new, 6);
+        append_turns(&a, "s", &new[..half]);
+        a.archive_sync().unwrap(); // the new HEADER in the bucket, the lease held
+
+        let b = Store::open(tmp.path().join("b"), opts("b")).unwrap();
+        match b.read_from("s", 0) {
+            Err(Error::ReplacedElsewhere { session, .. }) => assert_eq!(session, "s"),
+            other => panic!("{}: {other:?}", bucket.name),
+        }
+        b.delete("s")
+            .unwrap_or_else(|e| panic!("{}: the stale copy: {e}", bucket.name));
+        assert!(
+            !tmp.path().join("b/sessions/s").exists(),
+            "{}: the copy is gone here",
+            bucket.name
+        );
+        b.close().unwrap();
+
+        append_turns(&a, "s", &new[half..]);
+        a.close().unwrap();
+        for host in ["b", "d"] {
+            let h = Store::open(tmp.path().join(host), opts(host)).unwrap();
+            assert_eq!(read_all(&h, "s"), new, "{}: on {host}", bucket.name);
+            h.close().unwrap();
+        }
+    }
+}
+
 /// `import --replace` deletes the old session's objects before its local
 /// exchange (the new session's files have the same names). Before, an
 /// exchange that then failed left the old session in place without the

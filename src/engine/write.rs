@@ -82,12 +82,13 @@ impl Store {
     /// [`Error::Locked`] (another handle, in any process, writes it) before
     /// anything is written.
     pub(super) fn lock_session(&self, s: &mut Session) -> Result<()> {
-        self.lock_session_for(s, false)
+        self.lock_session_for(s, None)
     }
 
-    /// [`Store::lock_session`]; `deleting`: to delete the session, which
-    /// an archive tombstone does not refuse.
-    fn lock_session_for(&self, s: &mut Session, deleting: bool) -> Result<()> {
+    /// [`Store::lock_session`]; `deleting`: to delete the session of this
+    /// uid, which an archive tombstone does not refuse (nor, for a stale
+    /// copy, another host's lease of the id's new incarnation).
+    fn lock_session_for(&self, s: &mut Session, deleting: Option<&[u8; 16]>) -> Result<()> {
         if s.lock.is_some() {
             return Ok(());
         }
@@ -655,7 +656,7 @@ impl Store {
             if s.placeholder {
                 s.header = entry.header.clone();
             }
-            self.lock_session_for(&mut s, true)?;
+            self.lock_session_for(&mut s, Some(&entry.uid))?;
             // No upload pass of this handle between the removal and the
             // forget (it would upload what it read before the removal).
             let _quiet = self.archive_quiet();

@@ -104,11 +104,24 @@ impl Store {
     /// [`Error::NotOwner`] returned before a byte is written. A session
     /// another host created is brought in first; one taken over from
     /// another host has its local files brought up to the bucket's.
-    /// `deleting`: the caller is deleting the session, so a tombstone does
-    /// not refuse a stale copy (deleting it is what
-    /// [`Error::DeletedElsewhere`] asks for).
-    pub(crate) fn archive_lease(&self, id: &str, deleting: bool) -> Result<()> {
-        self.archive_take(id, false, deleting)
+    /// `deleting`: the caller is deleting the local session of this uid,
+    /// so a tombstone does not refuse a stale copy (deleting it is what
+    /// [`Error::DeletedElsewhere`] asks for); nor does another host's
+    /// lease when the bucket holds another incarnation of the id (the copy
+    /// is stale: [`Error::ReplacedElsewhere`]): deleting it then touches
+    /// nothing of the bucket ([`Store::archive_deleted`]), so that host's
+    /// lease has nothing to fence.
+    pub(crate) fn archive_lease(&self, id: &str, deleting: Option<&[u8; 16]>) -> Result<()> {
+        let taken = self.archive_take(id, false, deleting.is_some());
+        let (Err(Error::NotOwner { .. }), Some(uid), Some(a), Some(dir)) =
+            (&taken, deleting, self.archive(), dir_name(id))
+        else {
+            return taken;
+        };
+        match a.remote_uid(id, &dir) {
+            Ok(Some(remote)) if &remote != uid => Ok(()),
+            _ => taken,
+        }
     }
 
     fn archive_take(&self, id: &str, force: bool, deleting: bool) -> Result<()> {
@@ -271,12 +284,15 @@ impl Store {
         if a.remote_uid(id, &dir)?.is_some_and(|remote| &remote != uid) {
             return Ok(());
         }
+        // Without the lease (a stale copy deleted while another host holds
+        // the id's lease: [`Store::archive_lease`]) nothing of the bucket
+        // is touched: that host may be uploading a new incarnation.
+        let Some(epoch) = a.state().held.get(&dir).copied() else {
+            return Ok(());
+        };
         a.forget(id, &dir, None)?;
-        let held = a.state().held.remove(&dir);
-        match held {
-            Some(epoch) => a.tombstone(id, &dir, epoch),
-            None => Ok(()),
-        }
+        a.state().held.remove(&dir);
+        a.tombstone(id, &dir, epoch)
     }
 
     /// At close, after every session is released: everything local goes to

@@ -27,7 +27,7 @@ pub(crate) fn after_open(_store: &Store, _archive: Option<()>) -> Result<()> {
 }
 
 impl Store {
-    pub(crate) fn archive_lease(&self, _id: &str, _deleting: bool) -> Result<()> {
+    pub(crate) fn archive_lease(&self, _id: &str, _deleting: Option<&[u8; 16]>) -> Result<()> {
         Ok(())
     }
     pub(crate) fn archive_check(&self, _id: &str) -> Result<()> {
