@@ -888,8 +888,8 @@ fn copied_then_deleted(bucket: &Bucket, root: &Path) -> (Vec<OwnedEvent>, Store)
 /// stale copy, and every host listed the deleted session again. The
 /// delete now leaves a tombstone (the next lease record, marked
 /// `deleted`); a host whose copy predates it is refused with
-/// `Error::DeletedElsewhere`, its copy kept; a new session of that id, or
-/// `take_over`, goes past it.
+/// `Error::DeletedElsewhere` when it writes or reads the copy, which is
+/// kept; a new session of that id, or `take_over`, goes past it.
 #[test]
 fn a_stale_copy_never_brings_a_deleted_session_back() {
     for bucket in buckets("tombstone") {
@@ -899,8 +899,7 @@ fn a_stale_copy_never_brings_a_deleted_session_back() {
         a.close().unwrap();
 
         let b = Store::open(tmp.path().join("b"), opts("b")).unwrap();
-        let more = turn_log(31, "t");
-        match b.append("s", &more[log.len()..]) {
+        let deleted_by_a = |r: Result<(), Error>, what: &str| match r {
             Err(Error::DeletedElsewhere { session, host, .. }) => {
                 assert_eq!(
                     (session.as_str(), host.as_str()),
@@ -909,10 +908,25 @@ fn a_stale_copy_never_brings_a_deleted_session_back() {
                     bucket.name
                 )
             }
-            other => panic!("{}: {other:?}", bucket.name),
-        }
-        assert_eq!(read_all(&b, "s"), log, "{}: the copy is kept", bucket.name);
+            other => panic!("{}: {what}: {other:?}", bucket.name),
+        };
+        let more = turn_log(31, "t");
+        deleted_by_a(b.append("s", &more[log.len()..]), "an append");
+        // Nor is it read as if the session still existed (before, only
+        // writes were refused).
+        deleted_by_a(b.read_from("s", 0).map(drop), "a read");
+        b.close().unwrap();
+        // The copy is kept: the store opened without the archive reads it.
+        let plain = Store::open(tmp.path().join("b"), Options::default()).unwrap();
+        assert_eq!(
+            read_all(&plain, "s"),
+            log,
+            "{}: the copy is kept",
+            bucket.name
+        );
+        plain.close().unwrap();
         // What the refusal asks for: deleting the copy here too.
+        let b = Store::open(tmp.path().join("b"), opts("b")).unwrap();
         b.delete("s").unwrap();
         assert!(b.list().unwrap().is_empty(), "{}", bucket.name);
         b.close().unwrap();

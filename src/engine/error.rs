@@ -75,7 +75,8 @@ pub enum Error {
     },
     /// The session was deleted (by another host, or another store
     /// directory) after this store's copy of it was made: the archive
-    /// holds a tombstone for it (format-spec section 10.3). Nothing was
+    /// holds a tombstone for it (format-spec section 10.3). Returned by a
+    /// write and by a load of the copy (a read). Nothing was
     /// written or uploaded, and the local copy was left as it is; delete it
     /// here too, or take the session over (`Store::take_over`, `archive`
     /// feature) to bring it back deliberately.

@@ -291,6 +291,18 @@ impl Archive {
         let metas = self
             .list_meta(&prefix)
             .map_err(|e| archive_error(Some(id), &prefix, "listing the session", e))?;
+        // Nothing of the session in the bucket and a copy here: a session
+        // not uploaded yet, or one deleted elsewhere since this copy was
+        // made (its lease's newest record a tombstone). That copy is not
+        // read as if the session still existed, as it is not written
+        // (`Error::DeletedElsewhere`, the copy kept). A holder of the lease
+        // has nothing to ask.
+        if metas.is_empty() && !self.state().held.contains_key(dir) {
+            match self.current_lease(id, dir)? {
+                Some(rec) if rec.deleted => return Err(self.deleted_elsewhere(id, dir, &rec)),
+                _ => {}
+            }
+        }
         // Files are fetched into this copy only when the bucket's session
         // is this one (its uid): checked once, before the first fetch (a
         // complete local copy costs no request for it).

@@ -118,12 +118,7 @@ impl Archive {
             let cur = self.current_lease(id, dir)?;
             let next = match &cur {
                 Some(r) if r.deleted && stale_copy && !force => {
-                    return Err(Error::DeletedElsewhere {
-                        session: id.to_owned(),
-                        host: r.host.clone(),
-                        epoch: r.epoch,
-                        key: self.opts.lease_key(dir, r.epoch).to_string(),
-                    });
+                    return Err(self.deleted_elsewhere(id, dir, r));
                 }
                 Some(r) if r.host == self.host && !r.released => {
                     return Ok(Taken {
@@ -239,6 +234,17 @@ impl Archive {
     }
 
     /// The error for a session `rec` says another host owns.
+    /// The error for a copy of session `id` whose lease record `rec` is a
+    /// tombstone: deleted elsewhere since the copy was made.
+    pub(super) fn deleted_elsewhere(&self, id: &str, dir: &str, rec: &LeaseRecord) -> Error {
+        Error::DeletedElsewhere {
+            session: id.to_owned(),
+            host: rec.host.clone(),
+            epoch: rec.epoch,
+            key: self.opts.lease_key(dir, rec.epoch).to_string(),
+        }
+    }
+
     pub(super) fn not_owner(&self, id: &str, dir: &str, rec: &LeaseRecord) -> Error {
         Error::NotOwner {
             session: id.to_owned(),
