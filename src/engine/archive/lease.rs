@@ -233,7 +233,6 @@ impl Archive {
         }
     }
 
-    /// The error for a session `rec` says another host owns.
     /// The error for a copy of session `id` whose lease record `rec` is a
     /// tombstone: deleted elsewhere since the copy was made.
     pub(super) fn deleted_elsewhere(&self, id: &str, dir: &str, rec: &LeaseRecord) -> Error {
@@ -245,6 +244,7 @@ impl Archive {
         }
     }
 
+    /// The error for a session `rec` says another host owns.
     pub(super) fn not_owner(&self, id: &str, dir: &str, rec: &LeaseRecord) -> Error {
         Error::NotOwner {
             session: id.to_owned(),
