@@ -73,9 +73,11 @@
 //!
 //! The encoder, with [`EncodeOptions::compress`], packs the data of every
 //! event (except message events under [`EncodeOptions::verbatim_surface`])
-//! and compresses the pack as one Zstandard frame at level 1, so repetition
-//! *across* events (a stream of chunks of one message, the same tool call
-//! shape again and again) is found, and the literals are entropy-coded. It
+//! and compresses the pack as one Zstandard frame at level 1 (level -1, raw
+//! literals, for a pack under 8 KiB, where the literals' Huffman table costs
+//! more than it saves), so repetition *across* events (a stream of chunks of
+//! one message, the same tool call shape again and again) is found, and the
+//! literals of larger packs are entropy-coded. It
 //! keeps the pack only when that saves at least [`MIN_PACK_SAVING`] bytes and
 //! the ratio bound holds; otherwise every data field is stored verbatim.
 //!
