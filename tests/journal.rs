@@ -121,6 +121,94 @@ fn many_threads_share_the_journal_and_full_files_are_retired() {
 /// The child: appends every session's turns from 4 threads through the
 /// journal, printing `ACK <id> <batches>` after each acknowledged append,
 /// until killed.
+/// A stamp clock for the group-commit test: each journal write and the
+/// start of each journal sync take the next number.
+static CLOCK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's last journal write, and the start of its last sync.
+    static WROTE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static SYNC_BEGAN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn in_journal(p: &Path) -> bool {
+    p.parent()
+        .and_then(Path::file_name)
+        .is_some_and(|d| d == "journal")
+}
+
+#[test]
+fn every_journaled_append_returns_after_a_sync_that_began_after_its_write() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // The start stamp of the latest journal sync that completed. Syncs
+    // are slowed so that groups form, and appenders arrive during a sync
+    // (those wait for the next one) as well as before it.
+    let durable_from = Arc::new(AtomicU64::new(0));
+    let done = durable_from.clone();
+    let fs = hooked_fs::HookedFs {
+        after_write: Some(Arc::new(|p| {
+            if in_journal(p) {
+                WROTE.set(CLOCK.fetch_add(1, Ordering::SeqCst) + 1);
+            }
+        })),
+        before_sync_data: Some(Arc::new(|p| {
+            if in_journal(p) {
+                SYNC_BEGAN.set(CLOCK.fetch_add(1, Ordering::SeqCst) + 1);
+                std::thread::sleep(Duration::from_micros(300));
+            }
+        })),
+        after_sync_data: Some(Arc::new(move |p| {
+            if in_journal(p) {
+                done.fetch_max(SYNC_BEGAN.get(), Ordering::SeqCst);
+            }
+        })),
+        ..hooked_fs::HookedFs::default()
+    };
+    let dir = fast_tempdir();
+    let store = Store::open_with_vfs(dir.path(), options(), Arc::new(fs)).unwrap();
+    // Threads end at different times: an appender left waiting for a
+    // sync that nobody leads once the others are done hangs.
+    const THREADS: usize = 16;
+    let appends = |t: usize| 10 + 4 * t;
+    let (tx, rx) = std::sync::mpsc::channel();
+    for t in 0..THREADS {
+        let (store, tx, durable_from) = (store.clone(), tx.clone(), durable_from.clone());
+        std::thread::spawn(move || {
+            let id = format!("t{t}");
+            store.create(SessionHeader::new(&id, 0)).unwrap();
+            let n = appends(t);
+            let log = turn_log(n as u64, &id);
+            let (mut journaled, mut late) = (0, 0);
+            for turn in log.chunks(log.len() / n) {
+                WROTE.set(0);
+                store.append(&id, turn).unwrap();
+                // (A session's first batch is synced in its segment.)
+                if WROTE.get() == 0 {
+                    continue;
+                }
+                journaled += 1;
+                // A sync that began after this append's journal write has
+                // returned.
+                if durable_from.load(Ordering::SeqCst) <= WROTE.get() {
+                    late += 1;
+                }
+            }
+            tx.send((id, n, log, journaled, late)).unwrap();
+        });
+    }
+    drop(tx);
+    for _ in 0..THREADS {
+        // A waiter nobody wakes would hang its append: give up loudly.
+        let (id, n, log, journaled, late) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("every journaled append returns");
+        assert!(journaled >= n - 1, "{id}: {journaled} of {n} journaled");
+        assert_eq!(late, 0, "{id}: appends acknowledged before a covering sync");
+        assert_eq!(store.read_from(&id, 0).unwrap(), log, "{id}");
+    }
+}
+
 #[test]
 fn journal_child_appends_until_killed() {
     let Some(dir) = std::env::var_os(CHILD_ENV) else {

@@ -401,10 +401,14 @@ fn per_file_cell(
 }
 
 /// A leader/follower group commit over one file: a batch is durable once a
-/// `sync_data` that began after its write completed has returned.
+/// `sync_data` that began after its write completed has returned. The end
+/// of a sync wakes only the writers it covers and one of the later ones to
+/// lead the next (as the journal does, `src/engine/journal.rs`): a writer
+/// woken only to sleep again would cost the floor two context switches.
 struct GroupCommit {
     state: Mutex<CommitState>,
-    wake: Condvar,
+    /// Writers waiting for sync number `n` wait on `wake[n % 2]`.
+    wake: [Condvar; 2],
 }
 
 #[derive(Default)]
@@ -414,9 +418,20 @@ struct CommitState {
     /// Every write with a ticket up to this is durable.
     synced: u64,
     syncing: bool,
+    /// The tickets the running sync covers.
+    target: u64,
+    /// Syncs begun: the running one is number `syncs`.
+    syncs: u64,
 }
 
 impl GroupCommit {
+    fn new() -> GroupCommit {
+        GroupCommit {
+            state: Mutex::new(CommitState::default()),
+            wake: [Condvar::new(), Condvar::new()],
+        }
+    }
+
     fn commit(&self, log: &Mutex<Region>, file: &File, bytes: &[u8]) -> Res<()> {
         let at = log.lock().expect("log lock").claim(bytes.len() as u64);
         file.write_all_at(bytes, at)?;
@@ -434,18 +449,27 @@ impl GroupCommit {
             }
             if !st.syncing {
                 st.syncing = true;
-                let target = st.written;
+                st.target = st.written;
+                st.syncs += 1;
+                let (n, target) = (st.syncs, st.target);
                 drop(st);
                 let r = sync();
                 st = self.state.lock().expect("commit lock");
                 st.syncing = false;
                 if r.is_ok() {
                     st.synced = target;
+                    self.wake[(n % 2) as usize].notify_all();
+                    if st.written > st.synced {
+                        self.wake[((n + 1) % 2) as usize].notify_one();
+                    }
+                } else {
+                    // Every waiter retries the sync (and meets the error).
+                    self.wake.iter().for_each(Condvar::notify_all);
                 }
-                self.wake.notify_all();
                 r?;
             } else {
-                st = self.wake.wait(st).expect("commit lock");
+                let n = st.syncs + u64::from(ticket > st.target);
+                st = self.wake[(n % 2) as usize].wait(st).expect("commit lock");
             }
         }
     }
@@ -471,10 +495,7 @@ fn shared_log_cell(
     sync_setup(dir)?;
     let file = region.file.try_clone()?;
     let log = Mutex::new(region);
-    let gc = GroupCommit {
-        state: Mutex::new(CommitState::default()),
-        wake: Condvar::new(),
-    };
+    let gc = GroupCommit::new();
     drive(writers, sessions, b, cap, &|_, s, k| {
         if let Some(f) = files.get(s) {
             f.lock().expect("file lock").write(&b.jsonl[k])?;
@@ -493,10 +514,7 @@ fn syncfs_cell(
     use std::os::fd::AsRawFd;
     let files = session_files(dir, sessions)?;
     let d = File::open(dir)?;
-    let gc = GroupCommit {
-        state: Mutex::new(CommitState::default()),
-        wake: Condvar::new(),
-    };
+    let gc = GroupCommit::new();
     let syncfs = || {
         // SAFETY: syncfs takes any open descriptor of the file system.
         if unsafe { libc::syncfs(d.as_raw_fd()) } == 0 {

@@ -1,18 +1,22 @@
 //! A [`Vfs`](sessionlog::vfs::Vfs) over the real file system with hooks,
 //! so a test can make a race happen at one exact operation: a directory
 //! listing shown stale, a file removed just before it is mapped or cut
-//! just after, another handle's change just before a hard link. Shared by
-//! the compression, archive, fork and seal-window tests.
+//! just after, another handle's change just before a hard link, a slow
+//! `fdatasync`. Shared by the compression, archive, fork, seal-window and
+//! journal tests.
 
 use sessionlog::vfs::{Metadata, RealFs, SegmentBytes, Vfs, VfsFile};
 use std::ffi::OsString;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 type Listing = Box<dyn Fn(&Path, Vec<OsString>) -> Vec<OsString> + Send + Sync>;
 type Hook = Box<dyn Fn(&Path) + Send + Sync>;
 type Gate = Box<dyn Fn(&Path) -> io::Result<()> + Send + Sync>;
 type Rewrite = Box<dyn Fn(&Path, Metadata) -> Metadata + Send + Sync>;
+/// A hook every file of the file system shares.
+type FileHook = Arc<dyn Fn(&Path) + Send + Sync>;
 
 /// The real file system, with optional hooks.
 #[derive(Default)]
@@ -36,6 +40,90 @@ pub struct HookedFs {
     /// Runs before every `RENAME_EXCHANGE` (with its first path); an
     /// error fails the exchange.
     pub before_exchange: Option<Gate>,
+    /// Runs after every successful positional write to a file.
+    pub after_write: Option<FileHook>,
+    /// Runs before every `sync_data` of a file.
+    pub before_sync_data: Option<FileHook>,
+    /// Runs after every successful `sync_data` of a file.
+    pub after_sync_data: Option<FileHook>,
+}
+
+/// A file of a [`HookedFs`] with file hooks.
+#[derive(Debug)]
+struct HookedFile {
+    inner: Box<dyn VfsFile>,
+    path: PathBuf,
+    hooks: FileHooks,
+}
+
+#[derive(Clone)]
+struct FileHooks {
+    after_write: Option<FileHook>,
+    before_sync_data: Option<FileHook>,
+    after_sync_data: Option<FileHook>,
+}
+
+impl std::fmt::Debug for FileHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FileHooks")
+    }
+}
+
+impl VfsFile for HookedFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        let n = self.inner.write_at(buf, offset)?;
+        if let Some(hook) = &self.hooks.after_write {
+            hook(&self.path);
+        }
+        Ok(n)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        if let Some(hook) = &self.hooks.before_sync_data {
+            hook(&self.path);
+        }
+        self.inner.sync_data()?;
+        if let Some(hook) = &self.hooks.after_sync_data {
+            hook(&self.path);
+        }
+        Ok(())
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.inner.sync_all()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.allocate(offset, len)
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+}
+
+impl HookedFs {
+    /// `file`, wrapped when a file hook is set.
+    fn wrap(&self, p: &Path, file: Box<dyn VfsFile>) -> Box<dyn VfsFile> {
+        let hooks = FileHooks {
+            after_write: self.after_write.clone(),
+            before_sync_data: self.before_sync_data.clone(),
+            after_sync_data: self.after_sync_data.clone(),
+        };
+        if hooks.after_write.is_none()
+            && hooks.before_sync_data.is_none()
+            && hooks.after_sync_data.is_none()
+        {
+            return file;
+        }
+        Box::new(HookedFile {
+            inner: file,
+            path: p.to_owned(),
+            hooks,
+        })
+    }
 }
 
 impl std::fmt::Debug for HookedFs {
@@ -65,10 +153,10 @@ pub fn stale_listings() -> HookedFs {
 
 impl Vfs for HookedFs {
     fn create_new(&self, p: &Path) -> io::Result<Box<dyn VfsFile>> {
-        RealFs.create_new(p)
+        Ok(self.wrap(p, RealFs.create_new(p)?))
     }
     fn open(&self, p: &Path, w: bool) -> io::Result<Box<dyn VfsFile>> {
-        RealFs.open(p, w)
+        Ok(self.wrap(p, RealFs.open(p, w)?))
     }
     fn read_file(&self, p: &Path) -> io::Result<Vec<u8>> {
         if let Some(hook) = &self.before_read_file {
