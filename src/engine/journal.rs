@@ -9,9 +9,8 @@
 //! sessions waiting together cost one `fdatasync`, not `n`. The end of a
 //! sync wakes only the appenders it covers, and one of those written during
 //! it to lead the next: appenders waiting for the next sync wait on the
-//! other of two condition variables (a woken appender that must sleep again
-//! costs two context switches, the largest cost of an append after the
-//! sync on a small machine).
+//! other of two condition variables (an appender woken only to sleep again
+//! costs two context switches for nothing).
 //!
 //! Journal files have a fixed size, zero-filled and synced when created (off
 //! the acknowledgement path: the background thread keeps a spare ready), so
