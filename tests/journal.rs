@@ -118,9 +118,6 @@ fn many_threads_share_the_journal_and_full_files_are_retired() {
     }
 }
 
-/// The child: appends every session's turns from 4 threads through the
-/// journal, printing `ACK <id> <batches>` after each acknowledged append,
-/// until killed.
 /// A stamp clock for the group-commit test: each journal write and the
 /// start of each journal sync take the next number.
 static CLOCK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -209,6 +206,9 @@ fn every_journaled_append_returns_after_a_sync_that_began_after_its_write() {
     }
 }
 
+/// The child: appends every session's turns from 4 threads through the
+/// journal, printing `ACK <id> <batches>` after each acknowledged append,
+/// until killed.
 #[test]
 fn journal_child_appends_until_killed() {
     let Some(dir) = std::env::var_os(CHILD_ENV) else {
