@@ -287,11 +287,9 @@ impl Session {
         data_range: impl Fn(usize) -> Option<Range<usize>>,
     ) -> std::result::Result<(), String> {
         let locs = Arc::make_mut(&mut self.node_locs);
-        for (i, seq) in (b.first_seq..b.first_seq + u64::from(b.count)).enumerate() {
-            if !self.state.surface().contains(seq) {
-                continue;
-            }
-            let range = data_range(i)
+        let batch = b.first_seq..b.first_seq + u64::from(b.count);
+        for seq in self.state.surface().live_in(batch) {
+            let range = data_range((seq - b.first_seq) as usize)
                 .filter(|r| r.end <= map.len())
                 .ok_or_else(|| format!("surface node {seq} is not stored verbatim"))?;
             locs.push(

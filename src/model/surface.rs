@@ -245,6 +245,18 @@ impl Surface {
         self.find(seq).is_some()
     }
 
+    /// The seqs in `range` that are on the surface, in order: one binary
+    /// search and a walk, where asking [`Surface::contains`] of each seq of
+    /// a batch costs a search per event.
+    pub fn live_in(&self, range: std::ops::Range<u64>) -> impl Iterator<Item = u64> + '_ {
+        let from = self.nodes.partition_point(|n| n.seq < range.start);
+        self.nodes[from..]
+            .iter()
+            .take_while(move |n| n.seq < range.end)
+            .filter(|n| n.live)
+            .map(|n| n.seq)
+    }
+
     /// The kind of the node `seq`, if it is on the surface.
     pub fn kind(&self, seq: u64) -> Option<NodeKind> {
         self.find(seq).map(|i| self.nodes[i as usize].kind)

@@ -355,19 +355,27 @@ fn encode_events(
         None => put_varint(out, 0),
     }
     let mut types: FxHashMap<&str, usize> = FxHashMap::default();
+    // Runs of one type are the common case (a streamed answer's chunks), so
+    // the previous event's type is asked first: a string compare where the
+    // map costs a hash, a probe and the same compare.
+    let mut last: Option<(&str, usize)> = None;
     let mut prev_time = prev_time;
     for ev in events {
         let mut flags = 0u8;
         let kind: &str = &ev.kind;
-        let (type_id, new_type) = match types.get(kind) {
-            Some(&id) => (id, false),
-            None => {
-                let id = types.len();
-                types.insert(kind, id);
-                flags |= F_NEW_TYPE;
-                (id, true)
-            }
+        let (type_id, new_type) = match last {
+            Some((k, id)) if k == kind => (id, false),
+            _ => match types.get(kind) {
+                Some(&id) => (id, false),
+                None => {
+                    let id = types.len();
+                    types.insert(kind, id);
+                    flags |= F_NEW_TYPE;
+                    (id, true)
+                }
+            },
         };
+        last = Some((kind, type_id));
         if ev.source_event_seqs.is_some() {
             flags |= F_SOURCES;
         }

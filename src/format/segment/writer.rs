@@ -8,6 +8,7 @@ use super::scanner::{BatchLoc, Scan, ScanOptions, scan};
 use super::{
     BATCH_HEADER_LEN, DEFAULT_MAX_RECORD, DEFAULT_PREALLOCATE, FOOTER_LEN, FRAME_OVERHEAD, Footer,
     HEADER_LEN, IO_CHUNK, MAX_RECORD_LIMIT, RETAINED_BUF, SegmentError, SegmentIdent, ZERO_BLOCK,
+    ZEROS,
     corrupt, invalid,
 };
 #[cfg(any(test, feature = "internals"))]
@@ -660,12 +661,11 @@ fn preallocate_range(file: &dyn VfsFile, start: u64, len: u64) -> io::Result<()>
     // `allocate` is `fallocate`: it reserves the space (filesystems without
     // it report success and the zero writes below allocate it anyway).
     file.allocate(start, len)?;
-    let zeros = vec![0u8; IO_CHUNK.min(usize::try_from(len).unwrap_or(IO_CHUNK))];
     let end = start + len;
     let mut pos = start;
     while pos < end {
-        let n = zeros.len().min((end - pos) as usize);
-        file.write_all_at(&zeros[..n], pos)?;
+        let n = ZEROS.len().min((end - pos) as usize);
+        file.write_all_at(&ZEROS[..n], pos)?;
         pos += n as u64;
     }
     Ok(())

@@ -205,3 +205,24 @@ fn undo_restores_exactly() {
         assert_eq!(s.next_label, states.last().unwrap().next_label);
     }
 }
+
+#[test]
+fn live_in_is_contains_over_the_range() {
+    let other = ev("tool/call", 1, "{}", None, None);
+    let log = vec![
+        user(0),
+        other,
+        user(2),
+        user(3),
+        replace(4, 2, 3, vec![2, 3]),
+        user(5),
+    ];
+    let s = build(&log).unwrap();
+    assert_eq!(s.seqs(), vec![0, 4, 5]);
+    for a in 0..8 {
+        for b in a..8 {
+            let want: Vec<u64> = (a..b).filter(|&q| s.contains(q)).collect();
+            assert_eq!(s.live_in(a..b).collect::<Vec<_>>(), want, "{a}..{b}");
+        }
+    }
+}
