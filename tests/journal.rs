@@ -206,6 +206,93 @@ fn every_journaled_append_returns_after_a_sync_that_began_after_its_write() {
     }
 }
 
+/// A journal write that fails while appenders wait for a sync wakes every
+/// one of them: each append returns (with an error from the failure on),
+/// none is left parked. The failure is armed at the end of a sync, so it
+/// meets the appender that sync's end woke to lead the next, or one that
+/// came in before it; either way the others must learn of it too. Every
+/// acknowledged batch is still there after a reopen.
+#[test]
+fn a_failed_journal_write_wakes_every_waiting_appender() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const ROUNDS: usize = 30;
+    const THREADS: usize = 8;
+    let mut failed_rounds = 0;
+    for round in 0..ROUNDS {
+        let armed = Arc::new(AtomicBool::new(false));
+        let syncs = Arc::new(AtomicUsize::new(0));
+        let (arm, fail) = (armed.clone(), armed);
+        let fs = hooked_fs::HookedFs {
+            before_write: Some(Arc::new(move |p| {
+                if in_journal(p) && fail.swap(false, Ordering::SeqCst) {
+                    return Err(std::io::Error::other("injected journal write failure"));
+                }
+                Ok(())
+            })),
+            before_sync_data: Some(Arc::new(|p| {
+                if in_journal(p) {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            })),
+            after_sync_data: Some(Arc::new(move |p| {
+                if in_journal(p) && syncs.fetch_add(1, Ordering::SeqCst) == 3 + round % 5 {
+                    arm.store(true, Ordering::SeqCst);
+                }
+            })),
+            ..hooked_fs::HookedFs::default()
+        };
+        let dir = fast_tempdir();
+        let store = Store::open_with_vfs(dir.path(), options(), Arc::new(fs)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        for t in 0..THREADS {
+            let (store, tx) = (store.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let id = format!("t{t}");
+                store.create(SessionHeader::new(&id, 0)).unwrap();
+                let n = 12;
+                let log = turn_log(n as u64, &id);
+                let mut acked = 0;
+                let mut error = None;
+                for turn in log.chunks(log.len() / n) {
+                    match store.append(&id, turn) {
+                        Ok(()) => acked += turn.len(),
+                        Err(e) => {
+                            error = Some(e.to_string());
+                            break;
+                        }
+                    }
+                }
+                tx.send((id, log, acked, error)).unwrap();
+            });
+        }
+        drop(tx);
+        let mut results = Vec::new();
+        for _ in 0..THREADS {
+            // An appender nobody wakes hangs: give up loudly.
+            results.push(
+                rx.recv_timeout(Duration::from_secs(30))
+                    .unwrap_or_else(|_| panic!("round {round}: an append never returned")),
+            );
+        }
+        if results.iter().any(|r| r.3.is_some()) {
+            failed_rounds += 1;
+        }
+        drop(store);
+        let store = Store::open(dir.path(), options()).unwrap();
+        for (id, log, acked, _) in &results {
+            let stored = store.read_from(id, 0).unwrap();
+            assert!(
+                stored.len() >= *acked,
+                "round {round}, {id}: acknowledged events lost"
+            );
+            assert_eq!(stored[..], log[..stored.len()], "round {round}, {id}");
+        }
+    }
+    assert!(failed_rounds > 0, "no round met the injected failure");
+    eprintln!("{failed_rounds} of {ROUNDS} rounds met the injected failure");
+}
+
 /// The child: appends every session's turns from 4 threads through the
 /// journal, printing `ACK <id> <batches>` after each acknowledged append,
 /// until killed.

@@ -250,6 +250,14 @@ impl Journal {
         }
     }
 
+    /// Marks the journal failed and wakes every waiting appender. Each must
+    /// see the failure: one woken to lead the next sync that returns with it
+    /// would otherwise leave the others waiting for good.
+    fn fail(&self, st: &mut State) {
+        st.failed = true;
+        self.wake_all();
+    }
+
     fn failed_error(&self, st: &State) -> JournalIoError {
         (
             st.current.path.clone(),
@@ -280,7 +288,7 @@ impl Journal {
         if let Err(e) = written {
             // What landed is unknown and nothing after it may be trusted:
             // later entries would follow a torn one (which ends the scan).
-            st.failed = true;
+            self.fail(&mut st);
             return Err((st.current.path.clone(), e));
         }
         st.end += len;
@@ -293,7 +301,7 @@ impl Journal {
     /// on in the spare (or a new file).
     fn switch(&self, st: &mut State) -> Result<(), JournalIoError> {
         if let Err(e) = st.current.file.sync_data() {
-            st.failed = true;
+            self.fail(st);
             return Err((st.current.path.clone(), e));
         }
         st.synced = st.written;

@@ -17,6 +17,8 @@ type Gate = Box<dyn Fn(&Path) -> io::Result<()> + Send + Sync>;
 type Rewrite = Box<dyn Fn(&Path, Metadata) -> Metadata + Send + Sync>;
 /// A hook every file of the file system shares.
 type FileHook = Arc<dyn Fn(&Path) + Send + Sync>;
+/// A file hook whose error fails the operation.
+type FileGate = Arc<dyn Fn(&Path) -> io::Result<()> + Send + Sync>;
 
 /// The real file system, with optional hooks.
 #[derive(Default)]
@@ -40,6 +42,9 @@ pub struct HookedFs {
     /// Runs before every `RENAME_EXCHANGE` (with its first path); an
     /// error fails the exchange.
     pub before_exchange: Option<Gate>,
+    /// Runs before every positional write to a file; an error fails the
+    /// write (nothing is written).
+    pub before_write: Option<FileGate>,
     /// Runs after every successful positional write to a file.
     pub after_write: Option<FileHook>,
     /// Runs before every `sync_data` of a file.
@@ -58,6 +63,7 @@ struct HookedFile {
 
 #[derive(Clone)]
 struct FileHooks {
+    before_write: Option<FileGate>,
     after_write: Option<FileHook>,
     before_sync_data: Option<FileHook>,
     after_sync_data: Option<FileHook>,
@@ -74,6 +80,9 @@ impl VfsFile for HookedFile {
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        if let Some(gate) = &self.hooks.before_write {
+            gate(&self.path)?;
+        }
         let n = self.inner.write_at(buf, offset)?;
         if let Some(hook) = &self.hooks.after_write {
             hook(&self.path);
@@ -108,11 +117,13 @@ impl HookedFs {
     /// `file`, wrapped when a file hook is set.
     fn wrap(&self, p: &Path, file: Box<dyn VfsFile>) -> Box<dyn VfsFile> {
         let hooks = FileHooks {
+            before_write: self.before_write.clone(),
             after_write: self.after_write.clone(),
             before_sync_data: self.before_sync_data.clone(),
             after_sync_data: self.after_sync_data.clone(),
         };
-        if hooks.after_write.is_none()
+        if hooks.before_write.is_none()
+            && hooks.after_write.is_none()
             && hooks.before_sync_data.is_none()
             && hooks.after_sync_data.is_none()
         {
