@@ -57,7 +57,9 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::{Condvar, Mutex};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -403,12 +405,14 @@ fn per_file_cell(
 /// A leader/follower group commit over one file: a batch is durable once a
 /// `sync_data` that began after its write completed has returned. The end
 /// of a sync wakes only the writers it covers and one of the later ones to
-/// lead the next (as the journal does, `src/engine/journal.rs`): a writer
-/// woken only to sleep again would cost the floor two context switches.
+/// lead the next, each parked thread by name, and a covered writer returns
+/// on an atomic copy of the synced count without taking the lock again (as
+/// the journal does, `src/engine/journal.rs`): a writer woken only to sleep
+/// again, or to queue for the lock, would cost the floor for nothing.
 struct GroupCommit {
     state: Mutex<CommitState>,
-    /// Writers waiting for sync number `n` wait on `wake[n % 2]`.
-    wake: [Condvar; 2],
+    /// `CommitState::synced`, stored before the writers it covers wake.
+    synced_mark: AtomicU64,
 }
 
 #[derive(Default)]
@@ -418,17 +422,15 @@ struct CommitState {
     /// Every write with a ticket up to this is durable.
     synced: u64,
     syncing: bool,
-    /// The tickets the running sync covers.
-    target: u64,
-    /// Syncs begun: the running one is number `syncs`.
-    syncs: u64,
+    /// Parked writers: ticket and thread.
+    waiting: Vec<(u64, Thread)>,
 }
 
 impl GroupCommit {
     fn new() -> GroupCommit {
         GroupCommit {
             state: Mutex::new(CommitState::default()),
-            wake: [Condvar::new(), Condvar::new()],
+            synced_mark: AtomicU64::new(0),
         }
     }
 
@@ -449,28 +451,43 @@ impl GroupCommit {
             }
             if !st.syncing {
                 st.syncing = true;
-                st.target = st.written;
-                st.syncs += 1;
-                let (n, target) = (st.syncs, st.target);
+                let target = st.written;
                 drop(st);
                 let r = sync();
                 st = self.state.lock().expect("commit lock");
                 st.syncing = false;
+                let mut wake = Vec::new();
                 if r.is_ok() {
                     st.synced = target;
-                    self.wake[(n % 2) as usize].notify_all();
-                    if st.written > st.synced {
-                        self.wake[((n + 1) % 2) as usize].notify_one();
+                    self.synced_mark.store(target, Ordering::Release);
+                    st.waiting.retain(|(t, th)| {
+                        if *t <= target {
+                            wake.push(th.clone());
+                        }
+                        *t > target
+                    });
+                    let first = (0..st.waiting.len()).min_by_key(|&i| st.waiting[i].0);
+                    if let Some(i) = first {
+                        wake.push(st.waiting.swap_remove(i).1);
                     }
                 } else {
                     // Every waiter retries the sync (and meets the error).
-                    self.wake.iter().for_each(Condvar::notify_all);
+                    wake.extend(st.waiting.drain(..).map(|(_, th)| th));
                 }
+                drop(st);
+                wake.into_iter().for_each(|th| th.unpark());
                 r?;
-            } else {
-                let n = st.syncs + u64::from(ticket > st.target);
-                st = self.wake[(n % 2) as usize].wait(st).expect("commit lock");
+                return Ok(());
             }
+            st.waiting.push((ticket, std::thread::current()));
+            drop(st);
+            std::thread::park();
+            if self.synced_mark.load(Ordering::Acquire) >= ticket {
+                return Ok(());
+            }
+            st = self.state.lock().expect("commit lock");
+            let me = std::thread::current().id();
+            st.waiting.retain(|(_, th)| th.id() != me);
         }
     }
 }

@@ -8,9 +8,11 @@
 //! every entry written so far, and wakes the others. So `n` appends of `n`
 //! sessions waiting together cost one `fdatasync`, not `n`. The end of a
 //! sync wakes only the appenders it covers, and one of those written during
-//! it to lead the next: appenders waiting for the next sync wait on the
-//! other of two condition variables (an appender woken only to sleep again
-//! costs two context switches for nothing).
+//! it to lead the next (an appender woken only to sleep again costs two
+//! context switches for nothing). Each waiting appender parks its thread
+//! and is unparked by name; one a sync covered returns on an atomic copy
+//! of the synced count, without taking the journal's lock again (with a
+//! condition variable, every woken appender re-took the lock in turn).
 //!
 //! Journal files have a fixed size, zero-filled and synced when created (off
 //! the acknowledgement path: the background thread keeps a spare ready), so
@@ -28,7 +30,8 @@ use std::collections::HashSet;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, Thread};
 
 /// An I/O failure on a journal file.
 pub(super) type JournalIoError = (PathBuf, io::Error);
@@ -51,10 +54,9 @@ struct State {
     synced: u64,
     /// A leader is syncing.
     syncing: bool,
-    /// Entries the running sync covers (those written before it began).
-    target: u64,
-    /// Syncs begun: the running one, while `syncing`, is number `syncs`.
-    syncs: u64,
+    /// The appenders waiting for a sync: their entry's number and thread.
+    /// Entered under the lock before parking, removed by whoever wakes them.
+    waiting: Vec<(u64, Thread)>,
     /// A sync failed: the kernel may have dropped the pages, so no later
     /// entry can be acknowledged (the sessions involved are poisoned).
     failed: bool,
@@ -78,8 +80,9 @@ pub(super) struct Journal {
     /// and its release drop, the owner lock).
     owned: Mutex<HashSet<u64>>,
     state: Mutex<State>,
-    /// Appenders waiting for sync number `n` wait on `synced[n % 2]`.
-    synced: [Condvar; 2],
+    /// `State::synced`, stored (under the lock) before the appenders it
+    /// covers are unparked: they read it instead of taking the lock.
+    synced_mark: AtomicU64,
 }
 
 impl std::fmt::Debug for Journal {
@@ -129,14 +132,13 @@ impl Journal {
                 written: 0,
                 synced: 0,
                 syncing: false,
-                target: 0,
-                syncs: 0,
+                waiting: Vec::new(),
                 failed: false,
                 retired: Vec::new(),
                 spare: None,
                 buf: Vec::new(),
             }),
-            synced: [Condvar::new(), Condvar::new()],
+            synced_mark: AtomicU64::new(0),
         })
     }
 
@@ -207,18 +209,24 @@ impl Journal {
             if !st.syncing {
                 break;
             }
-            // The running sync's end wakes those it covers; an entry written
-            // after it began waits for the next one, on the other variable.
-            let sync = st.syncs + u64::from(lsn > st.target);
-            st = self.synced[(sync % 2) as usize]
-                .wait(st)
-                .expect("journal lock");
+            // Wait for a sync that covers the entry. Whoever wakes this
+            // thread removed it from `waiting` first; a wake-up that finds
+            // it still there is spurious, and it waits again.
+            st.waiting.push((lsn, thread::current()));
+            drop(st);
+            thread::park();
+            // `unpark` makes what its caller did before visible here.
+            if self.synced_mark.load(Ordering::Acquire) >= lsn {
+                return Ok(());
+            }
+            // Woken to lead, by a failure, or for nothing: look again.
+            st = self.state.lock().expect("journal lock");
+            let me = thread::current().id();
+            st.waiting.retain(|(_, t)| t.id() != me);
         }
         // The leader: one sync for every entry written so far.
         st.syncing = true;
-        st.target = st.written;
-        st.syncs += 1;
-        let (sync, target) = (st.syncs, st.target);
+        let target = st.written;
         let file = st.current.file.clone();
         let path = st.current.path.clone();
         drop(st);
@@ -229,33 +237,45 @@ impl Journal {
             Ok(()) => st.synced = st.synced.max(target),
             Err(_) => st.failed = true,
         }
-        if st.failed {
-            // Nobody may sleep on: every waiter must see the failure.
-            self.wake_all();
-        } else {
-            self.synced[(sync % 2) as usize].notify_all();
-            if st.written > st.synced {
-                // Entries written during this sync wait for the next: one
-                // of them leads it.
-                self.synced[((sync + 1) % 2) as usize].notify_one();
-            }
-        }
+        let wake = self.to_wake(&mut st);
+        drop(st);
+        wake.into_iter().for_each(|t| t.unpark());
         result.map_err(|e| (path, e))
     }
 
-    /// Wakes every waiting appender.
-    fn wake_all(&self) {
-        for cv in &self.synced {
-            cv.notify_all();
+    /// Publishes `synced` and takes out of `waiting` the appenders to wake:
+    /// after a failure all (nobody may sleep on: each must see it); else
+    /// those the synced count covers and, when entries are left unsynced
+    /// and no sync runs, the first of their appenders, to lead the next.
+    fn to_wake(&self, st: &mut State) -> Vec<Thread> {
+        self.synced_mark.store(st.synced, Ordering::Release);
+        if st.failed {
+            return st.waiting.drain(..).map(|(_, t)| t).collect();
         }
+        let synced = st.synced;
+        let mut wake = Vec::new();
+        st.waiting.retain(|(lsn, t)| {
+            let covered = *lsn <= synced;
+            if covered {
+                wake.push(t.clone());
+            }
+            !covered
+        });
+        if !st.syncing && st.written > synced {
+            let first = (0..st.waiting.len()).min_by_key(|&i| st.waiting[i].0);
+            if let Some(i) = first {
+                wake.push(st.waiting.swap_remove(i).1);
+            }
+        }
+        wake
     }
 
     /// Marks the journal failed and wakes every waiting appender. Each must
     /// see the failure: one woken to lead the next sync that returns with it
-    /// would otherwise leave the others waiting for good.
+    /// would otherwise leave the others parked for good.
     fn fail(&self, st: &mut State) {
         st.failed = true;
-        self.wake_all();
+        self.to_wake(st).into_iter().for_each(|t| t.unpark());
     }
 
     fn failed_error(&self, st: &State) -> JournalIoError {
@@ -305,7 +325,7 @@ impl Journal {
             return Err((st.current.path.clone(), e));
         }
         st.synced = st.written;
-        self.wake_all();
+        self.to_wake(st).into_iter().for_each(|t| t.unpark());
         let next = match st.spare.take() {
             Some(f) => f,
             None => self.new_file()?,
