@@ -307,14 +307,14 @@ impl DeriveCache {
     /// not that the writer was right; a crafted one must not reach a
     /// reader. O(surface); `Err` names the first entry that does not fit.
     pub fn check(&self, surface: &Surface, source: &dyn EventSource) -> Result<(), MissingEvent> {
-        let mut cursor = surface.head();
+        // The surface's own links, not `Surface::next` (a search per node).
+        let mut nodes = surface.iter();
         let mut passed_last = self.last_node.is_none();
         for e in &self.entries {
             let missing = || MissingEvent { seq: e.seq };
             // Walk to the entry's node; never past `last_node`.
             loop {
-                let seq = cursor.filter(|_| !passed_last).ok_or_else(missing)?;
-                cursor = surface.next(seq);
+                let seq = nodes.next().filter(|_| !passed_last).ok_or_else(missing)?;
                 passed_last = Some(seq) == self.last_node;
                 if seq == e.seq {
                     break;
