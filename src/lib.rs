@@ -79,7 +79,7 @@ pub mod model {
     pub mod header;
     pub mod invariants;
     pub mod json;
-    mod payload;
+    pub(crate) mod payload;
     pub mod repair;
     pub mod session;
     pub mod surface;

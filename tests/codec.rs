@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use serde_json::value::RawValue;
 use sessionlog::codec::{
     BatchDecoder, CodecError, EncodeOptions, PACK_MAX_RATIO, PACK_SLACK, Pack, decode_batch,
-    encode_batch, encode_batch_indexed, encode_batch_prepacked, encode_batch_with,
+    decode_batch_in, encode_batch, encode_batch_indexed, encode_batch_prepacked, encode_batch_with,
 };
 use sessionlog::event::{Event, OwnedEvent, SurfaceOp};
 use std::borrow::Cow;
@@ -44,7 +44,7 @@ fn encode(events: &[Event<'_>], prev_time: i64, options: EncodeOptions) -> Vec<u
     out
 }
 
-/// Decodes with both decoders, checks they agree, returns the events.
+/// Decodes with the three decoders, checks they agree, returns the events.
 fn decode<'a>(
     bytes: &'a [u8],
     first_seq: u64,
@@ -55,6 +55,20 @@ fn decode<'a>(
     let vec = decode_batch(bytes, first_seq, count, prev_time);
     let iter: Result<Vec<_>, _> = BatchDecoder::new(bytes, first_seq, count, prev_time).collect();
     assert_eq!(vec, iter, "decode_batch and BatchDecoder disagree");
+    // A reused buffer holding another batch's pack, longer than this one's.
+    let mut pack = vec![b'x'; 1 << 16];
+    let lent = decode_batch_in(bytes, first_seq, count, prev_time, &mut pack);
+    assert_eq!(vec, lent, "decode_batch and decode_batch_in disagree");
+    if let (Ok(lent), Ok(vec)) = (&lent, &vec) {
+        // Every payload is lent, none copied: the ones decode_batch copies
+        // out of the pack from the buffer, the others from the batch.
+        let batch = bytes.as_ptr_range();
+        for (l, v) in lent.iter().zip(vec) {
+            assert!(l.data.is_borrowed());
+            let in_batch = batch.contains(&l.data.get().as_ptr());
+            assert_eq!(in_batch, v.data.is_borrowed(), "{l:?}");
+        }
+    }
     vec
 }
 
@@ -878,6 +892,8 @@ proptest! {
     ) {
         let _ = decode_batch(&bytes, first, count, prev_time);
         let _ = BatchDecoder::new(&bytes, first, count, prev_time).take(60).count();
+        let mut pack = vec![0xff; 64];
+        let _ = decode_batch_in(&bytes, first, count, prev_time, &mut pack);
     }
 }
 

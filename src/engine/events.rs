@@ -34,6 +34,9 @@ pub(super) struct BatchCursor {
     until: u64,
     /// The seq the next batch must start at: the index must not skip one.
     expected: Option<u64>,
+    /// The decoded pack of the batch read last, reused: packed data is
+    /// lent from it as verbatim data is from the map.
+    pack: Vec<u8>,
 }
 
 impl BatchCursor {
@@ -55,6 +58,7 @@ impl BatchCursor {
             at,
             until,
             expected: (at == 0).then_some(0),
+            pack: Vec::new(),
         }
     }
 
@@ -75,7 +79,7 @@ impl BatchCursor {
 
     /// Decodes the next batch; `None` past the end (or `until`).
     pub(super) fn next_batch(&mut self) -> Option<Result<Vec<OwnedEvent>>> {
-        self.with_next_batch(|events| events.into_iter().map(|e| e.into_owned()).collect())
+        self.with_next_batch(|events| Event::into_owned_batch(events))
     }
 
     /// Moving on to segment `next` (an index in `segs`): the last one's
@@ -147,11 +151,12 @@ impl BatchCursor {
         }
         self.expected = Some(loc.first_seq + u64::from(loc.count));
         let r = loc.codec_range();
-        let decoded = codec::decode_batch(
+        let decoded = codec::decode_batch_in(
             &seg.map[r.start as usize..r.end as usize],
             loc.first_seq,
             loc.count,
             0,
+            &mut self.pack,
         );
         Some(match decoded {
             Ok(events) => Ok(f(events)),

@@ -54,13 +54,15 @@ impl std::ops::Deref for CommittedPrefix {
 /// Folds one stored batch (a record of segment `seg_first`, mapped as
 /// `map`) into the session and its read indexes; returns its event count.
 /// The state must be materialised. A batch that does not decode or breaks
-/// a rule was written whole and checksummed, so it is corruption.
+/// a rule was written whole and checksummed, so it is corruption. `pack`
+/// is a buffer for the batch's decoded pack, reused from batch to batch.
 fn fold_stored(
     s: &mut Session,
     seg_first: u64,
     map: &SegmentBytes,
     path: &Path,
     b: &segment::BatchLoc,
+    pack: &mut Vec<u8>,
 ) -> Result<u64> {
     let id = s.header.id.clone();
     let corrupt = |reason: String| Error::Corrupt {
@@ -70,11 +72,12 @@ fn fold_stored(
         reason,
     };
     let r = b.codec_range();
-    let events = codec::decode_batch(
+    let events = codec::decode_batch_in(
         &map[r.start as usize..r.end as usize],
         b.first_seq,
         b.count,
         0,
+        pack,
     )
     .map_err(|e| corrupt(format!("batch does not decode: {e}")))?;
     let Session {
@@ -457,6 +460,7 @@ impl Store {
                 None => segment::scan(&map, &ident, &scan_opts(!last)),
             }
             .map_err(|e| segment_error(&id, path, e))?;
+            let mut pack = Vec::new();
             for b in &scan.batches {
                 if b.first_seq < s.next_seq() {
                     continue; // a full rescan after a resume met a footer
@@ -468,7 +472,7 @@ impl Store {
                     drop(s);
                     return restart(why);
                 }
-                rec.replayed += fold_stored(&mut s, first_seq, &map, path, b)?;
+                rec.replayed += fold_stored(&mut s, first_seq, &map, path, b, &mut pack)?;
             }
             if last {
                 expected_first = s.next_seq();
@@ -614,8 +618,9 @@ impl Store {
         let scan = segment::scan_from(&map, &ident, &opts, from, s.next_seq())
             .map_err(|e| segment_error(&s.header.id, &path, e))?;
         s.segs.last_mut().expect("active").map = map.clone();
+        let mut pack = Vec::new();
         for b in &scan.batches {
-            fold_stored(s, seg_first, &map, &path, b)?;
+            fold_stored(s, seg_first, &map, &path, b, &mut pack)?;
         }
         s.active_end = Some(scan.valid_end.max(from));
         Ok(())

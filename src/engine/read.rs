@@ -266,7 +266,7 @@ impl Store {
                     offset: b.offset,
                     reason: format!("batch does not decode: {e}"),
                 })?;
-                let owned: Vec<OwnedEvent> = events.into_iter().map(Event::into_owned).collect();
+                let owned: Vec<OwnedEvent> = Event::into_owned_batch(events);
                 state
                     .append_batch(&owned, &log)
                     .map_err(|v| Error::Corrupt {

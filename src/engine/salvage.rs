@@ -5,7 +5,7 @@
 use super::error::{Error, Result, io_at, segment_error};
 use super::handle::Store;
 use crate::codec;
-use crate::event::OwnedEvent;
+use crate::event::{Event, OwnedEvent};
 use crate::header::SessionHeader;
 use crate::lineage::Lineage;
 use crate::segment::{self, Committed, ScanOptions, SegmentIdent};
@@ -146,7 +146,7 @@ impl Store {
                     b.count,
                     0,
                 ) {
-                    Ok(batch) => events.extend(batch.into_iter().map(|e| e.into_owned())),
+                    Ok(batch) => events.extend(Event::into_owned_batch(batch)),
                     Err(e) => {
                         cut = Some(stop(
                             path,

@@ -187,7 +187,9 @@ pub(super) fn data_in<'a>(segs: &'a [Seg], node_locs: &NodeLocs, seq: u64) -> Op
     // The bytes were valid JSON when appended, and their record's CRC was
     // checked (at open, or by `verify_covered` before derive); only UTF-8 is
     // needed for a sound RawValue.
-    Some(crate::codec::raw_value(std::str::from_utf8(bytes).ok()?))
+    Some(crate::model::payload::raw_value(
+        std::str::from_utf8(bytes).ok()?,
+    ))
 }
 
 impl Session {

@@ -11,6 +11,7 @@ use crate::json::{self, Fields};
 use crate::violation::{Location, Rule, Violation};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
+use std::sync::Arc;
 
 pub use super::payload::{Data, DataError};
 
@@ -168,8 +169,9 @@ impl<'a> Event<'a> {
 
     /// Copies borrowed parts so the event outlives its input. A borrowed
     /// `kind` that is one of the known types becomes a `'static` borrow
-    /// instead of a new `String`: loading a log then allocates once per
-    /// event (its data), not twice.
+    /// instead of a new `String`: owning an event allocates once (its
+    /// data), not twice. (A store's reads own a whole batch at once, with
+    /// one allocation for all its data.)
     pub fn into_owned(self) -> OwnedEvent {
         Event {
             kind: static_kind(self.kind),
@@ -180,6 +182,53 @@ impl<'a> Event<'a> {
             surface_op: self.surface_op,
             ignorable: self.ignorable,
         }
+    }
+
+    /// [`Event::into_owned`] for a whole batch read back from storage: the
+    /// borrowed payloads are copied into one buffer the owned events share
+    /// (one allocation for the batch, not one per event; an event kept
+    /// keeps the batch's text alive).
+    pub(crate) fn into_owned_batch(events: Vec<Event<'a>>) -> Vec<OwnedEvent> {
+        let len: usize = events
+            .iter()
+            .filter(|e| e.data.is_borrowed())
+            .map(|e| e.data.get().len())
+            .sum();
+        let mut text = String::with_capacity(len);
+        for e in events.iter().filter(|e| e.data.is_borrowed()) {
+            text.push_str(e.data.get());
+        }
+        let text: Arc<str> = text.into();
+        let mut at = 0;
+        let mut kind: Option<Cow<'static, str>> = None;
+        events
+            .into_iter()
+            .map(|e| {
+                let data = if e.data.is_borrowed() {
+                    let end = at + e.data.get().len();
+                    let range = std::mem::replace(&mut at, end)..end;
+                    // Past u32 offsets (a batch of 4 GiB of text), each owns
+                    // its own copy.
+                    Data::shared(&text, range).unwrap_or_else(|| e.data.into_owned())
+                } else {
+                    e.data.into_owned()
+                };
+                // A streamed answer's chunks come in runs of one type.
+                let k = match &kind {
+                    Some(k) if *k == e.kind => k.clone(),
+                    _ => kind.insert(static_kind(e.kind)).clone(),
+                };
+                Event {
+                    kind: k,
+                    seq: e.seq,
+                    time: e.time,
+                    data,
+                    source_event_seqs: e.source_event_seqs,
+                    surface_op: e.surface_op,
+                    ignorable: e.ignorable,
+                }
+            })
+            .collect()
     }
 
     /// A borrowed view of this event.
@@ -552,6 +601,55 @@ mod tests {
 
     fn rule_of(text: &str) -> Rule {
         Event::from_json(text).unwrap_err().rule
+    }
+
+    #[test]
+    fn a_batch_owned_at_once_shares_one_buffer_and_equals_each_owned_alone() {
+        let lines = [
+            r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#,
+            r#"{"type":"x/unknown","seq":1,"time":2,"data":"été"}"#,
+            r#"{"type":"x/unknown","seq":2,"time":3,"data":[1,2,3]}"#,
+            r#"{"type":"assistant/chunk","seq":3,"time":4,"data":{"t":"é"}}"#,
+        ];
+        let mut batch: Vec<Event<'_>> =
+            lines.iter().map(|l| Event::from_json(l).unwrap()).collect();
+        // One event's data already owned: kept as it is, not copied again.
+        batch[2] = batch[2].clone().into_owned();
+        let owned_ptr = batch[2].data.get().as_ptr();
+        let alone: Vec<OwnedEvent> = batch.iter().cloned().map(Event::into_owned).collect();
+        let together = Event::into_owned_batch(batch);
+        assert_eq!(together, alone);
+        assert!(together.iter().all(|e| !e.data.is_borrowed()));
+        assert_eq!(together[2].data.get().as_ptr(), owned_ptr);
+        // The borrowed ones now lie end to end in one buffer.
+        let (a, b, d) = (&together[0].data, &together[1].data, &together[3].data);
+        assert_eq!(
+            b.get().as_ptr(),
+            a.get().as_ptr().wrapping_add(a.get().len())
+        );
+        assert_eq!(
+            d.get().as_ptr(),
+            b.get().as_ptr().wrapping_add(b.get().len())
+        );
+        // A clone shares the text; a kept event outlives the others.
+        let kept = together[3].clone();
+        assert_eq!(kept.data.get().as_ptr(), d.get().as_ptr());
+        drop(together);
+        assert_eq!(kept.data.get(), r#"{"t":"é"}"#);
+        assert_eq!(kept.kind, "assistant/chunk");
+        assert!(
+            matches!(kept.kind, Cow::Borrowed(_)),
+            "a known type stays 'static"
+        );
+    }
+
+    #[test]
+    fn shared_data_takes_only_str_slices_of_its_buffer() {
+        let text: Arc<str> = r#""é"[1]"#.into();
+        assert_eq!(Data::shared(&text, 0..4).unwrap().get(), r#""é""#);
+        assert_eq!(Data::shared(&text, 4..7).unwrap().get(), "[1]");
+        assert!(Data::shared(&text, 0..2).is_none(), "inside a char");
+        assert!(Data::shared(&text, 4..8).is_none(), "past the end");
     }
 
     #[test]

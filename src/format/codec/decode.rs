@@ -5,9 +5,10 @@
 use super::varint::unzigzag;
 use super::{
     CodecError, F_APPEND, F_IGNORABLE, F_NEW_TYPE, F_PACKED, F_REPLACE, F_RESERVED, F_SOURCES,
-    boxed_raw_value, corrupt, pack_limit, raw_value,
+    corrupt, pack_limit,
 };
 use crate::event::{Data, Event, SurfaceOp};
+use crate::model::payload::{boxed_raw_value, raw_value};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -28,15 +29,24 @@ pub fn decode_batch(
     prev_time: i64,
 ) -> Result<Vec<Event<'_>>, CodecError> {
     let mut cursor = Cursor::new(bytes, first_seq, prev_time);
-    cursor.read_pack()?;
-    // Each event takes at least MIN_EVENT_LEN bytes: never trust `count` alone.
-    let mut out: Vec<Event<'_>> =
-        Vec::with_capacity((count as usize).min(bytes.len() / MIN_EVENT_LEN));
-    for index in 0..count {
-        out.push(cursor.next_event(index as usize)?);
-    }
-    cursor.finish()?;
-    Ok(out)
+    cursor.read_pack(None)?;
+    cursor.decode_all(count)
+}
+
+/// [`decode_batch`] with the pack decompressed into `pack` (overwritten),
+/// so that packed data is borrowed from it as verbatim data is from
+/// `bytes`: given the same buffer batch after batch, decoding allocates
+/// nothing per event.
+pub fn decode_batch_in<'a>(
+    bytes: &'a [u8],
+    first_seq: u64,
+    count: u32,
+    prev_time: i64,
+    pack: &'a mut Vec<u8>,
+) -> Result<Vec<Event<'a>>, CodecError> {
+    let mut cursor = Cursor::new(bytes, first_seq, prev_time);
+    cursor.read_pack(Some(pack))?;
+    cursor.decode_all(count)
 }
 
 /// Decodes a batch one event at a time, without collecting them.
@@ -65,7 +75,7 @@ impl<'a> BatchDecoder<'a> {
     /// in it is the first item.
     pub fn new(bytes: &'a [u8], first_seq: u64, count: u32, prev_time: i64) -> Self {
         let mut cursor = Cursor::new(bytes, first_seq, prev_time);
-        let pack_error = cursor.read_pack().err();
+        let pack_error = cursor.read_pack(None).err();
         BatchDecoder {
             cursor,
             count,
@@ -156,8 +166,10 @@ pub(super) struct Cursor<'a> {
     /// Where the event being decoded starts.
     event_start: usize,
     /// The decoded pack (empty before it is read, or when there is none) and
-    /// how much of it the events so far have taken.
-    pack: Vec<u8>,
+    /// how much of it the events so far have taken. In the cursor's own
+    /// buffer, packed data is copied out per event; in a caller's, it is
+    /// borrowed.
+    pack: Cow<'a, [u8]>,
     pack_used: usize,
 }
 
@@ -170,7 +182,7 @@ impl<'a> Cursor<'a> {
             time: prev_time,
             types: Vec::new(),
             event_start: 0,
-            pack: Vec::new(),
+            pack: Cow::Borrowed(&[]),
             pack_used: 0,
         }
     }
@@ -193,8 +205,23 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// Reads and decompresses the pack header; called once, first.
-    fn read_pack(&mut self) -> Result<(), CodecError> {
+    /// Decodes the batch's `count` events (after [`Cursor::read_pack`]) and
+    /// checks that nothing is left over.
+    fn decode_all(mut self, count: u32) -> Result<Vec<Event<'a>>, CodecError> {
+        // Each event takes at least MIN_EVENT_LEN bytes: never trust `count` alone.
+        let mut out: Vec<Event<'a>> =
+            Vec::with_capacity((count as usize).min(self.bytes.len() / MIN_EVENT_LEN));
+        for index in 0..count {
+            out.push(self.next_event(index as usize)?);
+        }
+        self.finish()?;
+        Ok(out)
+    }
+
+    /// Reads and decompresses the pack header; called once, first. The pack
+    /// goes into `into` (overwritten) if given, else into a buffer of the
+    /// cursor's own.
+    fn read_pack(&mut self, into: Option<&'a mut Vec<u8>>) -> Result<(), CodecError> {
         let at = self.pos;
         let p = self.varint()?;
         if p == 0 {
@@ -209,17 +236,32 @@ impl<'a> Cursor<'a> {
         let frame = self.take(z)?;
         // Decoding into a buffer of exactly P bytes: zstd needs no window
         // buffer of its own then, and output beyond P is an error, never an
-        // allocation.
-        let mut pack = Vec::with_capacity(p);
-        let n = Unpacker::with(|zstd| zstd.decompress_to_buffer(frame, &mut pack))
-            .map_err(|_| corrupt(frame_at, "pack is not valid Zstandard data"))?;
-        if n != p {
-            return Err(corrupt(
-                frame_at,
-                "pack decodes to another length than stated",
-            ));
-        }
-        self.pack = pack;
+        // allocation. (A reused buffer is cut to P, its old bytes zeroed:
+        // `[u8]` is the output type zstd writes without a length of its own.)
+        let unpack = |pack: &mut Vec<u8>| {
+            pack.clear();
+            pack.resize(p, 0);
+            let n = Unpacker::with(|zstd| zstd.decompress_to_buffer(frame, &mut pack[..]))
+                .map_err(|_| corrupt(frame_at, "pack is not valid Zstandard data"))?;
+            if n != p {
+                return Err(corrupt(
+                    frame_at,
+                    "pack decodes to another length than stated",
+                ));
+            }
+            Ok(())
+        };
+        self.pack = match into {
+            Some(buf) => {
+                unpack(buf)?;
+                Cow::Borrowed(buf)
+            }
+            None => {
+                let mut own = Vec::new();
+                unpack(&mut own)?;
+                Cow::Owned(own)
+            }
+        };
         Ok(())
     }
 
@@ -335,11 +377,12 @@ impl<'a> Cursor<'a> {
                 .ok()
                 .filter(|&n| n <= left)
                 .ok_or_else(|| corrupt(at, "packed data length exceeds the pack"))?;
-            let bytes = &self.pack[self.pack_used..self.pack_used + n];
+            let range = self.pack_used..self.pack_used + n;
             self.pack_used += n;
-            let text =
-                std::str::from_utf8(bytes).map_err(|_| corrupt(at, "packed data is not UTF-8"))?;
-            Cow::Owned(boxed_raw_value(text.into()))
+            match &self.pack {
+                Cow::Borrowed(pack) => Cow::Borrowed(raw_value(packed_text(pack, range, at)?)),
+                Cow::Owned(pack) => Cow::Owned(boxed_raw_value(packed_text(pack, range, at)?.into())),
+            }
         };
 
         Ok(Event {
@@ -353,6 +396,12 @@ impl<'a> Cursor<'a> {
             ignorable: flags & F_IGNORABLE != 0,
         })
     }
+}
+
+/// The packed data at `range` of a decoded pack (in bounds: checked by the
+/// caller), which must be UTF-8.
+fn packed_text(pack: &[u8], range: std::ops::Range<usize>, at: usize) -> Result<&str, CodecError> {
+    std::str::from_utf8(&pack[range]).map_err(|_| corrupt(at, "packed data is not UTF-8"))
 }
 
 /// The decoder's Zstandard context, kept per thread.

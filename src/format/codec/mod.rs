@@ -92,7 +92,6 @@
 //! layout's flags, the pack bound and the error are here; everything public
 //! is re-exported.
 
-use serde_json::value::RawValue;
 
 mod decode;
 mod encode;
@@ -100,7 +99,7 @@ mod varint;
 
 #[cfg(any(test, feature = "internals"))]
 pub use decode::BatchDecoder;
-pub use decode::decode_batch;
+pub use decode::{decode_batch, decode_batch_in};
 pub use encode::{EncodeOptions, Pack, encode_batch_indexed, encode_batch_prepacked};
 #[cfg(any(test, feature = "internals"))]
 pub use encode::{encode_batch, encode_batch_with};
@@ -156,48 +155,4 @@ fn corrupt(offset: usize, reason: &'static str) -> CodecError {
 /// The largest pack `z` compressed bytes may decode to.
 fn pack_limit(z: usize) -> usize {
     z.saturating_mul(PACK_MAX_RATIO).saturating_add(PACK_SLACK)
-}
-
-/// Views JSON text as a [`RawValue`] without re-parsing it.
-pub(crate) fn raw_value(text: &str) -> &RawValue {
-    // SAFETY: serde_json declares `#[repr(transparent)] pub struct RawValue
-    // { json: str }` (src/raw.rs) and converts `&str` to `&RawValue` the same
-    // way internally (`RawValue::from_borrowed` transmutes), so the two
-    // unsized types have the same layout and pointer metadata (the length);
-    // the cast keeps the address, length and lifetime. `RawValue` adds no
-    // validity invariant beyond `str` (UTF-8, checked by the caller): text
-    // that is not JSON is a logic error for its users, never undefined
-    // behaviour. The test `raw_value_layout` below guards the assumption.
-    unsafe { &*(text as *const str as *const RawValue) }
-}
-
-/// [`raw_value`] for owned text.
-fn boxed_raw_value(text: Box<str>) -> Box<RawValue> {
-    // SAFETY: as in `raw_value`: same layout and metadata, and the
-    // allocation's layout (size and alignment of the `str`) is unchanged, so
-    // the box frees it correctly (serde_json's `RawValue::from_owned`
-    // transmutes `Box<str>` to `Box<RawValue>` likewise).
-    unsafe { Box::from_raw(Box::into_raw(text) as *mut RawValue) }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn raw_value_layout() {
-        // The casts in `raw_value` rely on RawValue being a transparent str.
-        assert_eq!(size_of::<&RawValue>(), size_of::<&str>());
-        assert_eq!(align_of::<&RawValue>(), align_of::<&str>());
-        let text = r#"{"a":[1,2]}"#;
-        let raw = raw_value(text);
-        assert_eq!(raw.get(), text);
-        assert_eq!(raw.get().as_ptr(), text.as_ptr());
-        let owned = boxed_raw_value(text.into());
-        assert_eq!(owned.get(), text);
-        assert_eq!(
-            serde_json::from_str::<&RawValue>(text).unwrap().get(),
-            raw.get()
-        );
-    }
 }
