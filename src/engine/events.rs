@@ -12,6 +12,7 @@ use crate::event::{Event, OwnedEvent};
 use crate::lineage::Lineage;
 use crate::segment::{self, SegmentIdent};
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// The batches of a session from one batch on, over a snapshot of its
@@ -77,9 +78,14 @@ impl BatchCursor {
         }
     }
 
-    /// Decodes the next batch; `None` past the end (or `until`).
-    pub(super) fn next_batch(&mut self) -> Option<Result<Vec<OwnedEvent>>> {
-        self.with_next_batch(|events| Event::into_owned_batch(events))
+    /// Decodes the next batch and adds its events with seqs in `seqs` to
+    /// `out`; `None` past the end (or `until`).
+    pub(super) fn next_batch_into(
+        &mut self,
+        seqs: Range<u64>,
+        out: &mut impl Extend<OwnedEvent>,
+    ) -> Option<Result<()>> {
+        self.with_next_batch(|events| Event::into_owned_batch(events, seqs, out))
     }
 
     /// Moving on to segment `next` (an index in `segs`): the last one's
@@ -308,10 +314,11 @@ impl Iterator for Events {
             if self.failed {
                 return None;
             }
-            match self.cursor.next_batch()? {
-                Ok(batch) => self
-                    .pending
-                    .extend(batch.into_iter().filter(|e| e.seq >= self.from)),
+            match self
+                .cursor
+                .next_batch_into(self.from..u64::MAX, &mut self.pending)?
+            {
+                Ok(()) => {}
                 Err(e) => {
                     self.failed = true;
                     return Some(Err(e));

@@ -132,8 +132,8 @@ impl Store {
         let stored_end = s.next_seq().min(until);
         let mut out = Vec::with_capacity(stored_end.saturating_sub(seq) as usize + closers.len());
         let mut cursor = BatchCursor::new(self.inner.store_id, s, seq, until);
-        while let Some(batch) = cursor.next_batch() {
-            out.extend(batch?.into_iter().filter(|e| e.seq >= seq && e.seq < until));
+        while let Some(batch) = cursor.next_batch_into(seq..until, &mut out) {
+            batch?;
         }
         // (A poisoned session may hold a written batch its index missed.)
         let expected = cursor.expected();
@@ -266,7 +266,8 @@ impl Store {
                     offset: b.offset,
                     reason: format!("batch does not decode: {e}"),
                 })?;
-                let owned: Vec<OwnedEvent> = Event::into_owned_batch(events);
+                let mut owned: Vec<OwnedEvent> = Vec::with_capacity(events.len());
+                Event::into_owned_batch(events, 0..u64::MAX, &mut owned);
                 state
                     .append_batch(&owned, &log)
                     .map_err(|v| Error::Corrupt {

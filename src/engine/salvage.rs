@@ -146,7 +146,7 @@ impl Store {
                     b.count,
                     0,
                 ) {
-                    Ok(batch) => events.extend(Event::into_owned_batch(batch)),
+                    Ok(batch) => Event::into_owned_batch(batch, 0..u64::MAX, &mut events),
                     Err(e) => {
                         cut = Some(stop(
                             path,

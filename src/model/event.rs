@@ -11,6 +11,7 @@ use crate::json::{self, Fields};
 use crate::violation::{Location, Rule, Violation};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
+use std::ops::Range;
 use std::sync::Arc;
 
 pub use super::payload::{Data, DataError};
@@ -184,51 +185,68 @@ impl<'a> Event<'a> {
         }
     }
 
-    /// [`Event::into_owned`] for a whole batch read back from storage: the
-    /// borrowed payloads are copied into one buffer the owned events share
-    /// (one allocation for the batch, not one per event; an event kept
-    /// keeps the batch's text alive).
-    pub(crate) fn into_owned_batch(events: Vec<Event<'a>>) -> Vec<OwnedEvent> {
+    /// [`Event::into_owned`] for the events of a batch read back from
+    /// storage whose seqs are in `seqs`, added to `out`: their borrowed
+    /// payloads are copied into one buffer the owned events share (one
+    /// allocation for the batch, not one per event; an event kept keeps the
+    /// batch's text alive).
+    pub(crate) fn into_owned_batch(
+        events: Vec<Event<'a>>,
+        seqs: Range<u64>,
+        out: &mut impl Extend<OwnedEvent>,
+    ) {
+        let shared = |e: &Event<'_>| e.data.is_borrowed() && seqs.contains(&e.seq);
         let len: usize = events
             .iter()
-            .filter(|e| e.data.is_borrowed())
+            .filter(|e| shared(e))
             .map(|e| e.data.get().len())
             .sum();
         let mut text = String::with_capacity(len);
-        for e in events.iter().filter(|e| e.data.is_borrowed()) {
+        for e in events.iter().filter(|e| shared(e)) {
             text.push_str(e.data.get());
         }
         let text: Arc<str> = text.into();
         let mut at = 0;
-        let mut kind: Option<Cow<'static, str>> = None;
-        events
-            .into_iter()
-            .map(|e| {
-                let data = if e.data.is_borrowed() {
-                    let end = at + e.data.get().len();
-                    let range = std::mem::replace(&mut at, end)..end;
-                    // Past u32 offsets (a batch of 4 GiB of text), each owns
-                    // its own copy.
-                    Data::shared(&text, range).unwrap_or_else(|| e.data.into_owned())
-                } else {
-                    e.data.into_owned()
-                };
-                // A streamed answer's chunks come in runs of one type.
-                let k = match &kind {
-                    Some(k) if *k == e.kind => k.clone(),
-                    _ => kind.insert(static_kind(e.kind)).clone(),
-                };
-                Event {
-                    kind: k,
-                    seq: e.seq,
-                    time: e.time,
-                    data,
-                    source_event_seqs: e.source_event_seqs,
-                    surface_op: e.surface_op,
-                    ignorable: e.ignorable,
+        // A decoded batch's types are borrowed from its type table, one
+        // `&str` per type: looked up among the known types once each.
+        let mut kinds: Vec<((*const u8, usize), Cow<'static, str>)> = Vec::new();
+        let mut kind_of = |kind: Cow<'_, str>| match kind {
+            Cow::Borrowed(k) => {
+                let key = (k.as_ptr(), k.len());
+                if let Some((_, known)) = kinds.iter().find(|(p, _)| *p == key) {
+                    return known.clone();
                 }
-            })
-            .collect()
+                let known = static_kind(Cow::Borrowed(k));
+                kinds.push((key, known.clone()));
+                known
+            }
+            Cow::Owned(k) => Cow::Owned(k),
+        };
+        out.extend(
+            events
+                .into_iter()
+                .filter(|e| seqs.contains(&e.seq))
+                .map(|e| {
+                    let data = if e.data.is_borrowed() {
+                        let end = at + e.data.get().len();
+                        let range = std::mem::replace(&mut at, end)..end;
+                        // Past u32 offsets (a batch of 4 GiB of text), each
+                        // owns its own copy.
+                        Data::shared(&text, range).unwrap_or_else(|| e.data.into_owned())
+                    } else {
+                        e.data.into_owned()
+                    };
+                    Event {
+                        kind: kind_of(e.kind),
+                        seq: e.seq,
+                        time: e.time,
+                        data,
+                        source_event_seqs: e.source_event_seqs,
+                        surface_op: e.surface_op,
+                        ignorable: e.ignorable,
+                    }
+                }),
+        );
     }
 
     /// A borrowed view of this event.
@@ -617,7 +635,11 @@ mod tests {
         batch[2] = batch[2].clone().into_owned();
         let owned_ptr = batch[2].data.get().as_ptr();
         let alone: Vec<OwnedEvent> = batch.iter().cloned().map(Event::into_owned).collect();
-        let together = Event::into_owned_batch(batch);
+        let mut together = Vec::new();
+        Event::into_owned_batch(batch.clone(), 1..3, &mut together);
+        assert_eq!(together, alone[1..3], "only the seqs asked for");
+        together.clear();
+        Event::into_owned_batch(batch, 0..u64::MAX, &mut together);
         assert_eq!(together, alone);
         assert!(together.iter().all(|e| !e.data.is_borrowed()));
         assert_eq!(together[2].data.get().as_ptr(), owned_ptr);
