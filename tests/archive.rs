@@ -889,7 +889,8 @@ fn copied_then_deleted(bucket: &Bucket, root: &Path) -> (Vec<OwnedEvent>, Store)
 /// delete now leaves a tombstone (the next lease record, marked
 /// `deleted`); a host whose copy predates it is refused with
 /// `Error::DeletedElsewhere` when it writes or reads the copy, which is
-/// kept; a new session of that id, or `take_over`, goes past it.
+/// kept but not listed; a new session of that id, or `take_over`, goes
+/// past it.
 #[test]
 fn a_stale_copy_never_brings_a_deleted_session_back() {
     for bucket in buckets("tombstone") {
@@ -899,6 +900,9 @@ fn a_stale_copy_never_brings_a_deleted_session_back() {
         a.close().unwrap();
 
         let b = Store::open(tmp.path().join("b"), opts("b")).unwrap();
+        // Nor listed (before, b's listing read its own directory and asked
+        // the bucket only for sessions b lacked).
+        assert!(b.list().unwrap().is_empty(), "{}: listed", bucket.name);
         let deleted_by_a = |r: Result<(), Error>, what: &str| match r {
             Err(Error::DeletedElsewhere { session, host, .. }) => {
                 assert_eq!(
@@ -916,8 +920,10 @@ fn a_stale_copy_never_brings_a_deleted_session_back() {
         // writes were refused).
         deleted_by_a(b.read_from("s", 0).map(drop), "a read");
         b.close().unwrap();
-        // The copy is kept: the store opened without the archive reads it.
+        // The copy is kept: the store opened without the archive lists and
+        // reads it.
         let plain = Store::open(tmp.path().join("b"), Options::default()).unwrap();
+        assert_eq!(plain.list().unwrap().len(), 1, "{}", bucket.name);
         assert_eq!(
             read_all(&plain, "s"),
             log,
@@ -935,6 +941,7 @@ fn a_stale_copy_never_brings_a_deleted_session_back() {
         // A new session of that id goes past the tombstone.
         c.create(SessionHeader::new("s", 5)).unwrap();
         append_turns(&c, "s", &log[..4]);
+        assert_eq!(c.list().unwrap().len(), 1, "{}: the new one", bucket.name);
         c.close().unwrap();
         let d = Store::open(tmp.path().join("d"), opts("d")).unwrap();
         assert_eq!(read_all(&d, "s"), log[..4], "{}", bucket.name);

@@ -366,10 +366,15 @@ impl Store {
     /// sessions' own directories (no log is read). A session declared with
     /// [`Store::create`] and never appended to is not listed; a directory
     /// that is not a readable session is not either: see
-    /// [`Store::unaccounted`].
+    /// [`Store::unaccounted`]. With the archive tier, the sessions other
+    /// hosts created are brought in first (their headers), and a local copy
+    /// of a session another host deleted since is left out (it stays on
+    /// disk; reading or writing it fails with `Error::DeletedElsewhere`).
     pub fn list(&self) -> Result<Vec<SessionHeader>> {
-        self.archive_refresh()?; // issue 17: sessions other hosts created
-        let (sessions, _) = self.scan()?;
+        let remote = self.archive_refresh()?; // issue 17: sessions other hosts created
+        let (mut sessions, _) = self.scan()?;
+        // ... and not those other hosts deleted since this copy was made.
+        self.archive_unlist(&remote, &mut sessions)?;
         Ok(sessions.into_iter().map(|e| e.header).collect())
     }
 

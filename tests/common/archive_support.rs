@@ -24,7 +24,9 @@ pub struct Bucket {
 /// endpoint is given.
 pub fn buckets(test: &str) -> Vec<Bucket> {
     let dir = tempfile::tempdir().unwrap();
-    let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+    let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path())
+        .unwrap()
+        .with_automatic_cleanup(true);
     let mut out = vec![Bucket {
         name: "local",
         store: Arc::new(local),

@@ -54,7 +54,13 @@ impl EvictionPolicy {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ArchiveOptions {
-    /// The bucket (or any `object_store` backend).
+    /// The bucket (or any `object_store` backend). A `LocalFileSystem`
+    /// should be built `with_automatic_cleanup(true)` (as
+    /// [`ArchiveOptions::from_url`] does for `file://`): otherwise the
+    /// directory of a session deleted from it stays, listed like a
+    /// session, and a host holding a copy of that session made before the
+    /// delete still lists the copy (reading or writing it is refused
+    /// either way).
     pub store: Arc<dyn ObjectStore>,
     /// The key prefix every object of this store lives under ("" for the
     /// bucket's root). Hosts sharing one prefix share one store.
@@ -125,8 +131,13 @@ impl ArchiveOptions {
             // The local backend wants its directory to exist.
             std::fs::create_dir_all(parsed.path())
                 .map_err(|e| format!("archive directory {}: {e}", parsed.path()))?;
+            // Directories emptied by deletes are removed, so that a listing
+            // names a session only while the bucket holds an object of it,
+            // as on S3 (a listing tells a copy of a session deleted
+            // elsewhere by its absence, format-spec.md 10.3).
             let store = object_store::local::LocalFileSystem::new_with_prefix(parsed.path())
-                .map_err(|e| format!("archive URL {url:?}: {e}"))?;
+                .map_err(|e| format!("archive URL {url:?}: {e}"))?
+                .with_automatic_cleanup(true);
             return Ok(Self::new(Arc::new(store), ""));
         }
         let (store, prefix) = object_store::parse_url_opts(&parsed, opts)

@@ -11,6 +11,9 @@ use crate::vfs::Vfs;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
+/// The session directories the bucket has, as a listing found them.
+pub(crate) type Listed = std::collections::HashSet<String>;
+
 /// The archive of a store handle, set once when the store is opened.
 pub(crate) type Slot = OnceLock<Arc<Archive>>;
 
@@ -225,13 +228,50 @@ impl Store {
     }
 
     /// Before `list`: sessions other hosts created since are brought in.
-    pub(crate) fn archive_refresh(&self) -> Result<()> {
+    /// Returns the session directories the bucket has.
+    pub(crate) fn archive_refresh(&self) -> Result<Listed> {
+        let Some(a) = self.archive() else {
+            return Ok(Listed::new());
+        };
+        let names = a.remote_sessions()?;
+        for name in &names {
+            a.hydrate(&self.inner.registry, name)?;
+        }
+        Ok(names.into_iter().collect())
+    }
+
+    /// Leaves out of a listing the local copies of sessions deleted on
+    /// another host since they were made (format-spec.md 10.3): the bucket
+    /// (`remote`, from [`Store::archive_refresh`]) holds nothing of the
+    /// session, this handle does not hold its lease, and the lease's newest
+    /// record is a tombstone, the same test a load of the copy makes
+    /// before it refuses it. The copies stay on disk as they are. One lease
+    /// read per local session the bucket lacks and this handle does not
+    /// write (a session not uploaded yet, or one of these).
+    pub(crate) fn archive_unlist(
+        &self,
+        remote: &Listed,
+        sessions: &mut Vec<crate::engine::registry::SessionEntry>,
+    ) -> Result<()> {
         let Some(a) = self.archive() else {
             return Ok(());
         };
-        for name in a.remote_sessions()? {
-            a.hydrate(&self.inner.registry, &name)?;
+        let mut kept = Vec::with_capacity(sessions.len());
+        for e in sessions.drain(..) {
+            let Some(dir) = dir_name(&e.header.id) else {
+                kept.push(e);
+                continue;
+            };
+            let asks = !remote.contains(&dir) && !a.state().held.contains_key(&dir);
+            if asks
+                && a.current_lease(&e.header.id, &dir)?
+                    .is_some_and(|r| r.deleted)
+            {
+                continue;
+            }
+            kept.push(e);
         }
+        *sessions = kept;
         Ok(())
     }
 

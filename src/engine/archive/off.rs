@@ -11,6 +11,9 @@ use std::sync::Arc;
 /// No archive to keep.
 pub(crate) type Slot = ();
 
+/// No bucket to list.
+pub(crate) struct Listed;
+
 /// Nothing to set up.
 pub(crate) fn before_open(
     _dir: &Path,
@@ -47,7 +50,14 @@ impl Store {
     pub(crate) fn archive_fetch(&self, _path: &Path) -> bool {
         false
     }
-    pub(crate) fn archive_refresh(&self) -> Result<()> {
+    pub(crate) fn archive_refresh(&self) -> Result<Listed> {
+        Ok(Listed)
+    }
+    pub(crate) fn archive_unlist(
+        &self,
+        _remote: &Listed,
+        _sessions: &mut [crate::engine::registry::SessionEntry],
+    ) -> Result<()> {
         Ok(())
     }
     pub(crate) fn archive_quiet(&self) -> Option<()> {
